@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+)
+
+// Engine runs requests on a Store. It validates every request before the
+// store sees it, runs the steps in order, skips the rest of a sequential
+// request after a denial, and names each step's replay record.
+//
+// An Engine is safe for concurrent use; it holds no state of its own.
+type Engine struct {
+	store Store
+}
+
+// New returns an Engine running on s.
+func New(s Store) *Engine { return &Engine{store: s} }
+
+// Store returns the store e runs on.
+func (e *Engine) Store() Store { return e.store }
+
+// Do validates r and runs its steps. On error the response holds the steps
+// that completed before the failing one; the error names the failing step.
+func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	resp := &Response{Steps: make([]StepResult, len(r.Steps))}
+	denied := false
+	for i := range r.Steps {
+		st := &r.Steps[i]
+		if denied && r.Mode != All {
+			resp.Steps[i].Skipped = true
+			continue
+		}
+		b := Batch{Partition: st.Partition, Commands: st.Commands, OperationID: r.OperationID, Step: i}
+		if r.OperationID != "" {
+			h, err := st.Hash()
+			if err != nil {
+				return nil, err
+			}
+			b.Hash = h
+		}
+		if err := e.store.Apply(ctx, &b, &resp.Steps[i]); err != nil {
+			resp.Steps = resp.Steps[:i]
+			return resp, fmt.Errorf("step %d: %w", i, err)
+		}
+		denied = denied || resp.Steps[i].Denied
+	}
+	return resp, nil
+}
+
+// Apply validates and runs one batch on one partition, without a replay
+// record, writing the outcome into out (whose capacity it reuses). It is the
+// allocation-free path for a single step.
+func (e *Engine) Apply(ctx context.Context, partition string, out *StepResult, cmds ...Command) error {
+	b := Batch{Partition: partition, Commands: cmds}
+	if err := b.Validate(); err != nil {
+		return err
+	}
+	return e.store.Apply(ctx, &b, out)
+}
+
+// Hash identifies a step's partition and commands for replay records: an
+// operation id replayed with a different hash is rejected.
+func (s *Step) Hash() ([32]byte, error) {
+	enc, err := json.Marshal(s)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return sha256.Sum256(enc), nil
+}
+
+// NewOperationID returns a fresh random operation id: 128 bits, hex.
+func NewOperationID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// Store runs batches. A batch runs atomically on its partition: all of its
+// effects or none, with no other batch on the same partition interleaved.
+//
+// Apply receives only batches that passed Batch.Validate (Engine.Do
+// validates before calling it) and writes the step's outcome into out,
+// reusing out.Results' capacity, so a caller that reuses out allocates
+// nothing. A denial is a result, not an error. An error means the batch had
+// no effect, except ErrUnavailable, after which the outcome is unknown.
+//
+// Every store takes time from one clock of its own (never the caller's) and
+// passes store/storetest.
+type Store interface {
+	Apply(ctx context.Context, b *Batch, out *StepResult) error
+	Close() error
+}
+
+// Batch is one step as a store sees it.
+type Batch struct {
+	Partition string
+	Commands  []Command
+	// OperationID and Step name the batch's replay record; Hash identifies
+	// its commands (see Step.Hash). With an empty OperationID the batch
+	// records nothing.
+	OperationID string
+	Step        int
+	Hash        [32]byte
+}
+
+// Validate checks the batch's bounds (see Step.Validate).
+func (b *Batch) Validate() error {
+	s := Step{Partition: b.Partition, Commands: b.Commands}
+	return s.Validate()
+}
+
+// Clock is a store's time authority. Stores read it once per batch.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// UnixMilli returns c's current time in Unix milliseconds, the unit of every
+// instant in the engine.
+func UnixMilli(c Clock) int64 { return c.Now().UnixMilli() }
