@@ -38,6 +38,9 @@ func (r *Request) Validate() error {
 	if len(r.OperationID) > MaxOperationID {
 		return invalid("operation id of %d bytes (max %d)", len(r.OperationID), MaxOperationID)
 	}
+	if !utf8.ValidString(r.OperationID) {
+		return invalid("operation id is not valid UTF-8")
+	}
 	if len(r.Steps) == 0 || len(r.Steps) > MaxSteps {
 		return invalid("%d steps (want 1…%d)", len(r.Steps), MaxSteps)
 	}
@@ -242,6 +245,11 @@ func checkKey(what, k string) error {
 	if k[0] == 0 {
 		return invalid("%s starts with a NUL byte (reserved)", what)
 	}
+	if !utf8.ValidString(k) {
+		// The wire (JSON) and Step.Hash would map distinct invalid
+		// sequences to one string.
+		return invalid("%s is not valid UTF-8", what)
+	}
 	return nil
 }
 
@@ -255,6 +263,9 @@ func checkTTL(ms int64) error {
 func checkLease(id string) error {
 	if len(id) == 0 || len(id) > algo.MaxLeaseID {
 		return invalid("lease id of %d bytes (want 1…%d)", len(id), algo.MaxLeaseID)
+	}
+	if !utf8.ValidString(id) {
+		return invalid("lease id is not valid UTF-8")
 	}
 	return nil
 }

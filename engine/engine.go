@@ -30,6 +30,9 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	if rs, ok := e.store.(RequestStore); ok {
+		return rs.Do(ctx, r)
+	}
 	resp := &Response{Steps: make([]StepResult, len(r.Steps))}
 	denied := false
 	for i := range r.Steps {

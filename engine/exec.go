@@ -71,6 +71,9 @@ func decodeReplay(rec Record, hash [32]byte, out *StepResult) error {
 	if !bytes.Equal(rec.Data[:len(hash)], hash[:]) {
 		return ErrOperationConflict
 	}
+	// Unmarshal decodes into the elements a reused out still holds past its
+	// length, keeping every field the record omits: zero them first.
+	clear(out.Results[:cap(out.Results)])
 	if err := json.Unmarshal(rec.Data[len(hash):], out); err != nil {
 		return fmt.Errorf("%w: replay record: %w", ErrCorrupt, err)
 	}
@@ -330,6 +333,12 @@ func (x *Executor) reserve(c *Command, r *Result) error {
 	r.Allowed = true
 	r.Remaining = algo.MaxLimit
 	receiptExpiry := int64(0)
+	if c.Receipt != "" {
+		// A receipt replaces an earlier receipt, never another record.
+		if rec, ok := x.get(c.Receipt); ok && rec.Kind != RecReceipt {
+			return wrongType(c.Receipt, rec.Kind, RecReceipt)
+		}
+	}
 	for i := range c.Budgets {
 		b := &c.Budgets[i]
 		n, rec, ok, err := x.counter(b.Key)

@@ -53,3 +53,13 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // UnixMilli returns c's current time in Unix milliseconds, the unit of every
 // instant in the engine.
 func UnixMilli(c Clock) int64 { return c.Now().UnixMilli() }
+
+// RequestStore is implemented by a store that runs whole requests itself,
+// such as a remote server reached in one round trip. Engine.Do hands it the
+// validated request instead of calling Apply step by step; it must give the
+// same results (sequential skipping, replay records under the request's
+// operation id and step indexes).
+type RequestStore interface {
+	Store
+	Do(ctx context.Context, r *Request) (*Response, error)
+}

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// Secrets are the accepted request-signing secrets: the current one
+	// first, then the previous one during a rotation. Each is at least
+	// wire.MinSecretLen bytes.
+	Secrets []string
+	// OperatorToken is the bearer token of the /control endpoints: at least
+	// wire.MinSecretLen bytes and different from every secret.
+	OperatorToken string
+	// FenceRefresh bounds how stale this server's view of the durable stop
+	// fence may be when another server shares its store (Redis). A stop
+	// made through this server applies at once.
+	FenceRefresh time.Duration
+	// Version is reported by /v1/ping.
+	Version string
+	// Logger receives the server's logs. Nil discards them.
+	Logger *slog.Logger
+	// Now is the server's clock for signature skew and audit records. Nil
+	// means time.Now.
+	Now func() time.Time
+	// Admitter, if set, runs after the stop fence and before any subject
+	// command of an authenticated, valid RPC (see Admitter).
+	Admitter Admitter
+}
+
+// DefaultConfig returns a configuration with no secrets (so it does not
+// validate until they are set) and a one-second fence refresh.
+func DefaultConfig() Config {
+	return Config{FenceRefresh: time.Second, Version: "dev"}
+}
+
+// Validate reports every problem of c at once. A server with an invalid
+// configuration answers every RPC 503 guard_unavailable with this reason.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Secrets) == 0 {
+		errs = append(errs, errors.New("no signing secret configured"))
+	}
+	for i, s := range c.Secrets {
+		if len(s) < wire.MinSecretLen {
+			errs = append(errs, fmt.Errorf("signing secret %d is %d characters (minimum %d)", i, len(s), wire.MinSecretLen))
+		}
+		for j := range i {
+			if c.Secrets[j] == s {
+				errs = append(errs, fmt.Errorf("signing secrets %d and %d are equal", j, i))
+			}
+		}
+	}
+	switch {
+	case c.OperatorToken == "":
+		errs = append(errs, errors.New("no operator token configured"))
+	case len(c.OperatorToken) < wire.MinSecretLen:
+		errs = append(errs, fmt.Errorf("operator token is %d characters (minimum %d)", len(c.OperatorToken), wire.MinSecretLen))
+	}
+	for i, s := range c.Secrets {
+		if s == c.OperatorToken && s != "" {
+			errs = append(errs, fmt.Errorf("operator token equals signing secret %d", i))
+		}
+	}
+	if c.FenceRefresh < 0 {
+		errs = append(errs, fmt.Errorf("fence refresh %s is negative", c.FenceRefresh))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,237 @@
+// Package server is the Sluice server: the signed RPC over one engine, the
+// durable stop fence and the operator endpoints, health checks.
+//
+// The handler order of POST /v1/rpc is part of the contract (see
+// docs/protocol.md): configuration, body bound, signature, JSON, bounds,
+// stop fence, admission, and only then the subject commands. Everything a
+// caller can send before its signature is verified is bounded and parsed by
+// nothing but the signature check.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Admitter decides whether an authenticated, valid RPC may run its subject
+// commands. It runs after the stop fence and before any subject command. It
+// returns nil to admit, or an error wrapping wire.ErrStopped,
+// wire.ErrLimited or wire.ErrUnavailable (any other error answers 503
+// guard_unavailable).
+type Admitter interface {
+	Admit(ctx context.Context, req *wire.Request) error
+}
+
+// Server serves the Sluice RPC and operator API over one engine.
+type Server struct {
+	eng      *engine.Engine
+	cfg      Config
+	log      *slog.Logger
+	now      func() time.Time
+	verifier *wire.Verifier
+	opHash   [sha256.Size]byte
+	fence    *fence
+	// misconfigured holds the reason every RPC is refused, or "".
+	misconfigured string
+	mux           *http.ServeMux
+}
+
+// New returns a Server running requests on eng. An invalid cfg does not fail
+// New: the server then answers every RPC and operator call 503
+// guard_unavailable with the reason, which is logged once here, so a bad
+// deployment is loud rather than silently open.
+func New(eng *engine.Engine, cfg Config) *Server {
+	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, now: cfg.Now}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		s.misconfigured = "invalid configuration: " + strings.ReplaceAll(err.Error(), "\n", "; ")
+		s.log.Error("refusing every RPC", "reason", s.misconfigured)
+	} else {
+		secrets := make([][]byte, len(cfg.Secrets))
+		for i, sec := range cfg.Secrets {
+			secrets[i] = []byte(sec)
+		}
+		s.verifier = wire.NewVerifier(secrets)
+		s.opHash = sha256.Sum256([]byte(cfg.OperatorToken))
+	}
+	s.fence = &fence{eng: eng, refresh: cfg.FenceRefresh, now: s.now}
+	s.routes()
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) routes() {
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST "+wire.PathRPC, s.handleRPC)
+	s.mux.HandleFunc("GET "+wire.PathPing, s.handlePing)
+	s.mux.HandleFunc("POST "+wire.PathStop, s.operator(s.handleStop))
+	s.mux.HandleFunc("POST "+wire.PathResume, s.operator(s.handleResume))
+	s.mux.HandleFunc("GET "+wire.PathState, s.operator(s.handleState))
+	s.mux.HandleFunc("GET "+wire.PathHealthz, s.handleHealthz)
+	s.mux.HandleFunc("GET "+wire.PathReadyz, s.handleReadyz)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, wire.CodeNotFound, "no such endpoint")
+	})
+}
+
+func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
+	if s.misconfigured != "" {
+		writeProblem(w, wire.CodeUnavailable, s.misconfigured)
+		return
+	}
+	if r.ContentLength > wire.MaxBody {
+		writeProblem(w, wire.CodeTooLarge, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, wire.MaxBody))
+		return
+	}
+	ts, sig := r.Header.Get(wire.HeaderTimestamp), r.Header.Get(wire.HeaderSignature)
+	if ts == "" || sig == "" {
+		writeProblem(w, wire.CodeUnauthorized, wire.ErrMissingSignature.Error())
+		return
+	}
+	body, err := wire.ReadBody(r.Body, wire.MaxBody)
+	if errors.Is(err, wire.ErrBodyTooLarge) {
+		writeProblem(w, wire.CodeTooLarge, fmt.Sprintf("body over the %d-byte bound", wire.MaxBody))
+		return
+	}
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, "reading the body failed")
+		return
+	}
+	if err := s.verifier.Verify(s.now(), ts, sig, r.Method, r.URL.Path, body); err != nil {
+		writeProblem(w, wire.CodeUnauthorized, err.Error())
+		return
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, err.Error())
+		return
+	}
+	ctx := r.Context()
+	if st, err := s.fence.get(ctx); err != nil {
+		s.log.Error("stop fence unreadable", "err", err)
+		writeProblem(w, wire.CodeUnavailable, "stop fence unreadable")
+		return
+	} else if st.Stopped {
+		writeProblem(w, wire.CodeStopped, "stopped by the operator")
+		return
+	}
+	if s.cfg.Admitter != nil {
+		if err := s.cfg.Admitter.Admit(ctx, req); err != nil {
+			s.writeError(w, err)
+			return
+		}
+	}
+	resp, err := s.eng.Do(ctx, req.Engine())
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// decodeRequest parses and validates an RPC body strictly: unknown fields,
+// trailing data and out-of-bounds values are all errors.
+func decodeRequest(body []byte) (*wire.Request, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var req wire.Request
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("malformed JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("malformed JSON: data after the request object")
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// writeError maps an engine, admission or store error to its answer.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	var werr *wire.Error
+	switch {
+	case errors.As(err, &werr):
+		writeProblem(w, werr.Code, werr.Reason)
+	case errors.Is(err, engine.ErrInvalid):
+		writeProblem(w, wire.CodeInvalid, err.Error())
+	case errors.Is(err, engine.ErrOperationConflict):
+		writeProblem(w, wire.CodeConflict, err.Error())
+	case errors.Is(err, engine.ErrWrongType):
+		writeProblem(w, wire.CodeWrongType, err.Error())
+	case errors.Is(err, engine.ErrOverflow):
+		writeProblem(w, wire.CodeOverflow, err.Error())
+	case errors.Is(err, engine.ErrCapacity):
+		writeProblem(w, wire.CodeUnavailable, "store at capacity")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		writeProblem(w, wire.CodeUnavailable, "request cancelled")
+	default:
+		s.log.Error("store failure", "err", err)
+		writeProblem(w, wire.CodeUnavailable, "store unavailable")
+	}
+}
+
+func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, wire.Ping{Protocol: wire.ProtocolVersion, Version: s.cfg.Version})
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// handleReadyz reports ready when the configuration is valid and the store
+// answers.
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	if s.misconfigured != "" {
+		writeProblem(w, wire.CodeUnavailable, s.misconfigured)
+		return
+	}
+	if _, err := s.fence.get(r.Context()); err != nil {
+		writeProblem(w, wire.CodeUnavailable, "store unavailable")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func writeProblem(w http.ResponseWriter, code wire.Code, reason string) {
+	p := wire.NewProblem(code, reason)
+	w.Header().Set("Content-Type", "application/problem+json")
+	if code == wire.CodeStopped || code == wire.CodeUnavailable {
+		w.Header().Set("Retry-After", "30")
+	}
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// constantTimeTokenEqual compares a presented token with the operator token
+// in time independent of where (or whether) they differ, including length.
+func constantTimeTokenEqual(presented string, want [sha256.Size]byte) bool {
+	got := sha256.Sum256([]byte(presented))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
