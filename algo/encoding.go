@@ -22,7 +22,8 @@ func (s WindowState) AppendBinary(k Kind, dst []byte) []byte {
 		dst = le.AppendUint64(dst, uint64(s.Count))
 		return le.AppendUint64(dst, uint64(s.Prev))
 	case KindGCRA:
-		return le.AppendUint64(dst, uint64(s.TAT))
+		dst = le.AppendUint64(dst, uint64(s.TAT))
+		return le.AppendUint64(dst, uint64(s.Frac))
 	case KindLog:
 		return appendEntries(dst, s.Log)
 	}
@@ -48,10 +49,13 @@ func DecodeWindow(k Kind, data []byte) (WindowState, error) {
 		}
 		s.Start, s.Count, s.Prev = int64(le.Uint64(data)), int64(le.Uint64(data[8:])), int64(le.Uint64(data[16:]))
 	case KindGCRA:
-		if len(data) != 8 {
+		if len(data) != 16 {
 			return s, corrupt("gcra window", len(data))
 		}
-		s.TAT = int64(le.Uint64(data))
+		s.TAT, s.Frac = int64(le.Uint64(data)), int64(le.Uint64(data[8:]))
+		if s.Frac < 0 || s.Frac >= MaxLimit {
+			return s, fmt.Errorf("%w: gcra fraction %d", ErrCorrupt, s.Frac)
+		}
 	case KindLog:
 		entries, err := decodeEntries(data)
 		if err != nil {
@@ -61,8 +65,8 @@ func DecodeWindow(k Kind, data []byte) (WindowState, error) {
 	default:
 		return s, fmt.Errorf("%w: window kind %d", ErrCorrupt, k)
 	}
-	if s.Count < 0 || s.Prev < 0 {
-		return s, fmt.Errorf("%w: negative count", ErrCorrupt)
+	if s.Count < 0 || s.Count > MaxLimit || s.Prev < 0 || s.Prev > MaxLimit {
+		return s, fmt.Errorf("%w: count outside 0…%d", ErrCorrupt, MaxLimit)
 	}
 	return s, nil
 }
@@ -82,8 +86,8 @@ func decodeEntries(data []byte) ([]Entry, error) {
 	entries := make([]Entry, len(data)/16)
 	for i := range entries {
 		entries[i] = Entry{At: int64(le.Uint64(data[16*i:])), N: int64(le.Uint64(data[16*i+8:]))}
-		if entries[i].N < 1 || (i > 0 && entries[i].At <= entries[i-1].At) {
-			return nil, fmt.Errorf("%w: log entries out of order", ErrCorrupt)
+		if entries[i].N < 1 || entries[i].N > MaxLimit || (i > 0 && entries[i].At <= entries[i-1].At) {
+			return nil, fmt.Errorf("%w: log entry %d out of order or outside 1…%d", ErrCorrupt, i, MaxLimit)
 		}
 	}
 	return entries, nil

@@ -50,6 +50,10 @@ func (s GateState) Acquire(now int64, id string, limit, ttl int64) (GateState, D
 		}
 	}
 	if int64(len(leases)) >= limit {
+		if len(leases) == 0 {
+			// limit < 1: nothing can ever be admitted (Validate rejects it).
+			return s, Decision{}
+		}
 		earliest := leases[0].ExpireAt
 		for _, l := range leases {
 			earliest = min(earliest, l.ExpireAt)

@@ -128,7 +128,10 @@ func (s PaceState) Take(l PaceLimit, now, cost, maxWait int64) (PaceState, PaceD
 // If a penalty arrived after the slot was reserved and the deadline is later
 // than the slot, the slot is moved: its grant is removed and a new one taken
 // (within maxWait of now), so a penalty never lets a caller run early. A
-// caller claiming before its slot is told to wait.
+// caller claiming before its slot is told to wait. A moved slot that cannot
+// be re-taken within maxWait is released, but the window recovering at the
+// deadline keeps its floor (see Penalize): the released grant may have
+// counted toward it.
 func (s PaceState) Claim(l PaceLimit, now, at, cost, maxWait int64) (PaceState, PaceDecision) {
 	if now < at {
 		return s, PaceDecision{At: at, Remaining: max(0, l.Limit-s.used(l, now)), ResetAt: s.resetAt(l, now), RetryAfter: at - now}
@@ -137,7 +140,12 @@ func (s PaceState) Claim(l PaceLimit, now, at, cost, maxWait int64) (PaceState, 
 		return s, PaceDecision{Allowed: true, At: at, Remaining: max(0, l.Limit-s.used(l, now)), ResetAt: s.resetAt(l, now)}
 	}
 	moved := PaceState{ForcedUntil: s.ForcedUntil, Log: removeEntry(s.Log, at, cost)}
-	return moved.Take(l, now, cost, maxWait)
+	next, d := moved.Take(l, now, cost, maxWait)
+	if !d.Allowed {
+		next = moved.keepFloor(l)
+		d.Remaining = max(0, l.Limit-next.used(l, now))
+	}
+	return next, d
 }
 
 // Penalize records an upstream rate limit: no slot is granted before until.
@@ -149,15 +157,18 @@ func (s PaceState) Penalize(l PaceLimit, now, until int64) PaceState {
 	if until <= s.ForcedUntil || until <= now {
 		return s
 	}
-	log := s.prune(l, now)
-	next := PaceState{ForcedUntil: until, Log: log}
+	return PaceState{ForcedUntil: until, Log: s.prune(l, now)}.keepFloor(l)
+}
+
+// keepFloor returns s, in a fresh log, with a phantom entry at its deadline
+// where needed so that the window recovering there carries a spend of at
+// least Limit − ⌊Limit·RefillPermille/1000⌋.
+func (s PaceState) keepFloor(l PaceLimit) PaceState {
 	floor := l.Limit - l.Limit*l.RefillPermille/1000
-	if phantom := floor - next.used(l, until); phantom > 0 {
-		next.Log = addEntry(log, until, phantom)
-	} else {
-		next.Log = append([]Entry(nil), log...)
+	if phantom := floor - s.used(l, s.ForcedUntil); phantom > 0 {
+		return PaceState{ForcedUntil: s.ForcedUntil, Log: addEntry(s.Log, s.ForcedUntil, phantom)}
 	}
-	return next
+	return PaceState{ForcedUntil: s.ForcedUntil, Log: append([]Entry(nil), s.Log...)}
 }
 
 // Used returns the spend counted at now (see Take).

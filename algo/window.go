@@ -3,6 +3,7 @@ package algo
 import (
 	"fmt"
 	"math"
+	"math/bits"
 )
 
 // Kind selects a window algorithm.
@@ -74,9 +75,6 @@ func (l Limit) Validate() error {
 	if l.Window < 1 || l.Window > MaxWindow {
 		return fmt.Errorf("%w: window %d ms outside 1…%d", ErrInvalid, l.Window, MaxWindow)
 	}
-	if l.Kind == KindGCRA && l.Limit > l.Window*nsPerMs {
-		return fmt.Errorf("%w: gcra limit %d over %d ms needs an emission interval under 1 ns", ErrInvalid, l.Limit, l.Window)
-	}
 	return nil
 }
 
@@ -101,7 +99,7 @@ func (l Limit) TTL(s WindowState, now int64) int64 {
 	case KindSliding:
 		return s.Start + 2*l.Window - now
 	case KindGCRA:
-		return ceilDiv(s.TAT, nsPerMs) - now
+		return gcraCeil(s.TAT, s.Frac) - now
 	case KindLog:
 		if n := len(s.Log); n > 0 {
 			return s.Log[n-1].At + l.Window - now
@@ -138,7 +136,8 @@ type WindowState struct {
 	Start int64   // fixed, sliding: start of the current bucket (Unix ms)
 	Count int64   // fixed, sliding: cost charged in the current bucket
 	Prev  int64   // sliding: cost charged in the previous bucket
-	TAT   int64   // gcra: theoretical arrival time (Unix ns)
+	TAT   int64   // gcra: theoretical arrival time, whole Unix ms …
+	Frac  int64   // … plus Frac/Limit ms, 0 ≤ Frac < Limit
 	Log   []Entry // log: grants inside the window, oldest first
 }
 
@@ -252,17 +251,30 @@ func slidingRetry(l Limit, start, cur, prev, now, cost int64) int64 {
 		if p == 0 || admits(p, c, bucket, from) {
 			return from
 		}
-		// p·(W−e)/W + c + cost ≤ limit  ⇔  e ≥ W − (limit−c−cost)·W/p
-		e := float64(l.Window) - float64(l.Limit-c-cost)*float64(l.Window)/float64(p)
-		at := max(from, bucket+int64(math.Ceil(e))-1)
-		// Step past any rounding in the closed form; at most a few steps.
-		for at < bucket+l.Window && !admits(p, c, bucket, at) {
-			at++
-		}
-		if at >= bucket+l.Window {
+		end := bucket + l.Window
+		if !admits(p, c, bucket, end-1) {
 			return -1
 		}
-		return at
+		// p·(W−e)/W + c + cost ≤ limit  ⇔  e ≥ W − (limit−c−cost)·W/p.
+		// The closed form is usually exact; when float rounding moves the
+		// boundary (large limits and windows), search for it: admits is
+		// monotone in at, and admits(from) is false while admits(end−1)
+		// is true.
+		e := float64(l.Window) - float64(l.Limit-c-cost)*float64(l.Window)/float64(p)
+		at := min(max(from+1, bucket+int64(math.Ceil(e))), end-1)
+		if admits(p, c, bucket, at) && !admits(p, c, bucket, at-1) {
+			return at
+		}
+		lo, hi := from, end-1 // !admits(lo), admits(hi)
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			if admits(p, c, bucket, mid) {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return hi
 	}
 	if at := earliest(prev, cur, start, now); at >= 0 {
 		return at
@@ -312,48 +324,74 @@ func hitLog(l Limit, s WindowState, now, cost int64) (WindowState, Decision) {
 	return WindowState{Log: next}, Decision{Allowed: true, Remaining: l.Limit - used, ResetAt: now + l.Window}
 }
 
-// nsPerMs converts the millisecond clock to GCRA's nanosecond schedule.
-const nsPerMs = 1_000_000
+// GCRA keeps its theoretical arrival time (TAT) exactly, as whole
+// milliseconds plus a fraction in units of 1/Limit ms, so that the emission
+// interval W/Limit needs no rounding: a rested window admits a burst of Limit
+// and is rested again exactly W ms later, whatever Limit is.
 
-// gcraInterval returns the emission interval in nanoseconds, rounded up so
-// that the long-run rate never exceeds Limit per Window, and the burst span
-// (Limit intervals) that lets a rested caller spend the whole limit at once.
-func gcraInterval(l Limit) (interval, span int64) {
-	w := l.Window * nsPerMs
-	interval = (w + l.Limit - 1) / l.Limit
-	return interval, interval * l.Limit
+// gcraStep returns cost·Window/Limit as whole milliseconds and a remainder in
+// units of 1/Limit ms. The product is formed in 128 bits: it can exceed int64
+// for the largest limits and windows.
+func gcraStep(l Limit, cost int64) (ms, frac int64) {
+	c, lim := uint64(cost), uint64(l.Limit)
+	hi, lo := bits.Mul64(c%lim, uint64(l.Window))
+	q, r := bits.Div64(hi, lo, lim) // hi < lim because c%lim < lim
+	return int64(c/lim)*l.Window + int64(q), int64(r)
+}
+
+// gcraCeil rounds the instant tat + frac/Limit up to whole milliseconds.
+func gcraCeil(tat, frac int64) int64 {
+	if frac > 0 {
+		return tat + 1
+	}
+	return tat
 }
 
 func hitGCRA(l Limit, s WindowState, now, cost int64) (WindowState, Decision) {
-	interval, span := gcraInterval(l)
-	t := now * nsPerMs
-	tat := max(s.TAT, t)
-	newTAT := tat + cost*interval
-	if newTAT-t > span {
+	// A state written under another limit is read with under a
+	// millisecond's error; a fraction that no longer fits rounds up.
+	tat, frac := s.TAT, max(s.Frac, 0)
+	if frac >= l.Limit {
+		tat, frac = tat+1, 0
+	}
+	// An allowed hit at instant T leaves TAT ≤ T+W, so ⌈TAT−W⌉ is at most
+	// the latest instant seen: an earlier now is treated as that instant.
+	now = max(now, gcraCeil(tat, frac)-l.Window)
+	if tat < now {
+		tat, frac = now, 0
+	}
+	step, stepFrac := gcraStep(l, cost)
+	next, nextFrac := tat+step, frac+stepFrac
+	if nextFrac >= l.Limit {
+		next, nextFrac = next+1, nextFrac-l.Limit
+	}
+	// The hit conforms when the new TAT is at most W after now.
+	if over := next - now - l.Window; over > 0 || (over == 0 && nextFrac > 0) {
 		return s, Decision{
-			Remaining:  gcraRemaining(l, tat, t, interval, span),
-			ResetAt:    ceilDiv(tat, nsPerMs),
-			RetryAfter: max(1, ceilDiv(newTAT-span-t, nsPerMs)),
+			Remaining:  gcraRemaining(l, tat, frac, now),
+			ResetAt:    gcraCeil(tat, frac),
+			RetryAfter: gcraCeil(over, nextFrac),
 		}
 	}
-	return WindowState{TAT: newTAT}, Decision{
+	return WindowState{TAT: next, Frac: nextFrac}, Decision{
 		Allowed:   true,
-		Remaining: gcraRemaining(l, newTAT, t, interval, span),
-		ResetAt:   ceilDiv(newTAT, nsPerMs),
+		Remaining: gcraRemaining(l, next, nextFrac, now),
+		ResetAt:   gcraCeil(next, nextFrac),
 	}
 }
 
-func gcraRemaining(l Limit, tat, now, interval, span int64) int64 {
-	r := (span - (tat - now)) / interval
-	return min(max(r, 0), l.Limit)
-}
-
-// ceilDiv returns ⌈a/b⌉ for a ≥ 0, b > 0.
-func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
+// gcraRemaining returns ⌊(W − (TAT−now))·Limit/W⌋: the cost a hit at now
+// could still carry. tat must not be before now.
+func gcraRemaining(l Limit, tat, frac, now int64) int64 {
+	gap := l.Window - (tat - now)
+	if gap <= 0 {
 		return 0
 	}
-	return (a + b - 1) / b
+	// gap ≤ W, so the quotient is at most Limit and fits the division.
+	hi, lo := bits.Mul64(uint64(gap), uint64(l.Limit))
+	lo, borrow := bits.Sub64(lo, uint64(frac), 0)
+	q, _ := bits.Div64(hi-borrow, lo, uint64(l.Window))
+	return min(int64(q), l.Limit)
 }
 
 // MarshalText implements encoding.TextMarshaler with the wire name.

@@ -345,6 +345,7 @@ func (c *Command) set() fields {
 	flag(c.DelayMs != 0, fDelay)
 	if c.Op == OpAcquire {
 		flag(c.Limit != 0, fLimit)
+		flag(c.WindowMs != 0 || c.RefillPermille != nil, fPace)
 	} else {
 		flag(c.Limit != 0 || c.WindowMs != 0 || c.RefillPermille != nil, fPace)
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // Engine runs requests on a Store. It validates every request before the
@@ -60,14 +61,26 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 
 // Apply validates and runs one batch on one partition, without a replay
 // record, writing the outcome into out (whose capacity it reuses). It is the
-// allocation-free path for a single step.
+// allocation-free path for a single step: pass the same out and the same
+// cmds slice on every call.
 func (e *Engine) Apply(ctx context.Context, partition string, out *StepResult, cmds ...Command) error {
-	b := Batch{Partition: partition, Commands: cmds}
-	if err := b.Validate(); err != nil {
-		return err
+	b := batches.Get().(*Batch)
+	*b = Batch{Partition: partition, Commands: cmds}
+	err := b.Validate()
+	if err == nil {
+		err = e.store.Apply(ctx, b, out)
 	}
-	return e.store.Apply(ctx, &b, out)
+	*b = Batch{} // hold no reference to the caller's commands while pooled
+	batches.Put(b)
+	return err
 }
+
+// batches recycles the Batch that Apply hands to its store. The store is
+// called through an interface, so the compiler cannot prove that it keeps no
+// pointer to a Batch declared in Apply, and would move that Batch to the
+// heap on every call; a pooled one keeps Apply free of allocations. Stores
+// never keep a Batch past the return of Store.Apply.
+var batches = sync.Pool{New: func() any { return new(Batch) }}
 
 // Hash identifies a step's partition and commands for replay records: an
 // operation id replayed with a different hash is rejected.

@@ -187,24 +187,24 @@ func wrongType(key string, have, want RecordKind) error {
 }
 
 func (x *Executor) hit(c *Command, r *Result) error {
-	var next [MaxWindowsPerHit]algo.WindowState
+	var cur, next [MaxWindowsPerHit]algo.WindowState
 	r.Allowed = true
 	r.Remaining = algo.MaxLimit
 	for i := range c.Windows {
 		w := &c.Windows[i]
 		kind := windowRecord(w.Kind)
-		var st algo.WindowState
+		st := &cur[i]
 		if rec, ok := x.get(w.Key); ok {
 			if rec.Kind != kind {
 				return wrongType(w.Key, rec.Kind, kind)
 			}
 			var err error
-			if st, err = algo.DecodeWindow(w.Kind, rec.Data); err != nil {
+			if *st, err = algo.DecodeWindow(w.Kind, rec.Data); err != nil {
 				return wrapAlgo(err)
 			}
 		}
 		var d algo.Decision
-		next[i], d = algo.Hit(w.limit(), st, x.now, c.Cost)
+		next[i], d = algo.Hit(w.limit(), *st, x.now, c.Cost)
 		r.Windows = append(r.Windows, WindowResult{Allowed: d.Allowed, Remaining: d.Remaining, ResetAt: d.ResetAt, RetryAfterMs: d.RetryAfter})
 		r.Allowed = r.Allowed && d.Allowed
 		r.RetryAfterMs = max(r.RetryAfterMs, d.RetryAfter)
@@ -212,8 +212,10 @@ func (x *Executor) hit(c *Command, r *Result) error {
 	for i := range r.Windows {
 		wr := &r.Windows[i]
 		if !r.Allowed && wr.Allowed {
-			// This window would have admitted the hit but was not charged.
-			wr.Remaining += c.Cost
+			// This window would have admitted the hit but was not charged:
+			// report it as it stands.
+			p := algo.Peek(c.Windows[i].limit(), cur[i], x.now)
+			wr.Remaining, wr.ResetAt = p.Remaining, p.ResetAt
 		}
 		r.Remaining = min(r.Remaining, wr.Remaining)
 		r.ResetAt = max(r.ResetAt, wr.ResetAt)

@@ -16,10 +16,10 @@ package memstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -68,24 +68,93 @@ type Store struct {
 	shards []shard
 }
 
+// A shard holds every record of the partitions whose names hash to it in
+// one map, keyed by partition and key together (see view.key). One map
+// rather than a map of partitions each holding a map of records means one
+// hash and three memory reads (the map slot, its key, the record) to find a
+// record, which is what a hit costs among millions of keys.
 type shard struct {
-	mu    sync.Mutex
-	parts map[string]*partition
+	mu   sync.Mutex
+	recs map[string]*record
 	// nextExpiry is a lower bound on the earliest expiry in the shard:
 	// before it, nothing can be swept.
 	nextExpiry int64
 	exec       engine.Executor
+	view       view     // the partition being run, lent to exec
 	_          [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-// partition is the records of one partition; it implements engine.View.
-type partition struct {
-	recs map[string]engine.Record
+// record is one stored record, held by pointer so that a write updates it
+// in place rather than storing it into the map again.
+type record struct {
+	engine.Record
+	// inline holds Data when it fits, as every fixed, sliding and gcra
+	// window state does, so a hit reads and writes a single allocation.
+	inline [24]byte
 }
 
-func (p *partition) Get(key string) (engine.Record, bool) {
-	r, ok := p.recs[key]
-	return r, ok
+// set stores rec, copying its data into the record's own buffer when that
+// is large enough: a steady state allocates nothing.
+func (r *record) set(rec engine.Record) {
+	buf := r.Data[:0]
+	switch {
+	case cap(buf) >= len(rec.Data):
+	case len(rec.Data) <= len(r.inline):
+		buf = r.inline[:0]
+	default:
+		buf = make([]byte, 0, len(rec.Data))
+	}
+	r.Kind, r.ExpireAt = rec.Kind, rec.ExpireAt
+	r.Data = append(buf, rec.Data...) // rec.Data may be r.Data itself
+}
+
+// view is the engine.View of the partition a shard is running a batch on.
+// It remembers its last lookup, so that committing the one write of a
+// typical hit finds the record without hashing again.
+type view struct {
+	sh        *shard
+	partition string
+	buf       []byte // the shard map key of the last call to key
+	hasLast   bool
+	lastKey   string
+	last      *record // nil when lastKey is absent
+}
+
+func (v *view) reset(sh *shard, partition string) {
+	v.sh, v.partition = sh, partition
+	v.forget()
+}
+
+// forget drops the remembered lookup. It must be called whenever a record
+// is added to the shard or removed from it.
+func (v *view) forget() { v.hasLast, v.lastKey, v.last = false, "", nil }
+
+// key returns the shard map key of key in v's partition: the partition's
+// length, the partition and the key, so that no two (partition, key) pairs
+// share a map key. The result is valid until the next call.
+func (v *view) key(key string) []byte {
+	v.buf = binary.AppendUvarint(v.buf[:0], uint64(len(v.partition)))
+	v.buf = append(v.buf, v.partition...)
+	v.buf = append(v.buf, key...)
+	return v.buf
+}
+
+// lookup returns the record at key in v's partition, or nil.
+func (v *view) lookup(key string) *record {
+	if v.hasLast && key == v.lastKey {
+		return v.last
+	}
+	r := v.sh.recs[string(v.key(key))] // a lookup by string(bytes) does not allocate
+	v.hasLast, v.lastKey, v.last = true, key, r
+	return r
+}
+
+// Get implements engine.View.
+func (v *view) Get(key string) (engine.Record, bool) {
+	if r := v.lookup(key); r != nil {
+		return r.Record, true
+	}
+	return engine.Record{}, false
 }
 
 // New returns a Store configured by cfg.
@@ -105,7 +174,7 @@ func New(cfg Config) (*Store, error) {
 		shards: make([]shard, cfg.Shards),
 	}
 	for i := range s.shards {
-		s.shards[i].parts = make(map[string]*partition)
+		s.shards[i].recs = make(map[string]*record)
 		s.shards[i].nextExpiry = math.MaxInt64
 	}
 	return s, nil
@@ -137,80 +206,87 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	if now >= sh.nextExpiry {
 		s.sweep(sh, now)
 	}
-	p := sh.parts[b.Partition]
-	view := engine.View(emptyView{})
-	if p != nil {
-		view = p
-	}
-	writes, err := sh.exec.Run(view, now, b, out)
-	if err != nil {
+	v := &sh.view
+	v.reset(sh, b.Partition)
+	defer v.reset(nil, "") // hold no reference to the caller's strings
+	writes, err := sh.exec.Run(v, now, b, out)
+	if err != nil || len(writes) == 0 {
 		return err
 	}
-	if len(writes) == 0 {
-		return nil
-	}
-	created := p == nil
-	if created {
-		p = &partition{recs: make(map[string]engine.Record, 1)}
-	}
-	if err := s.reserveKeys(sh, p, writes, now); err != nil {
+	if err := s.reserveKeys(sh, writes, now); err != nil {
 		return err
-	}
-	if created {
-		sh.parts[strings.Clone(b.Partition)] = p
 	}
 	for i := range writes {
 		w := &writes[i]
-		old, exists := p.recs[w.Key]
+		if rewritten(writes, i) {
+			continue // only a key's last write takes effect
+		}
+		r := v.lookup(w.Key)
 		if w.Delete {
-			if exists {
-				delete(p.recs, w.Key)
+			if r != nil {
+				delete(sh.recs, string(v.key(w.Key)))
+				v.forget()
 				s.keys.Add(-1)
 			}
 			continue
 		}
-		rec := w.Rec
-		if exists && cap(old.Data) >= len(rec.Data) {
-			// Reuse the record's buffer: the hot path allocates nothing.
-			rec.Data = append(old.Data[:0], rec.Data...)
-		} else {
-			rec.Data = append([]byte(nil), rec.Data...)
+		if r == nil {
+			r = new(record)
+			sh.recs[string(v.key(w.Key))] = r
+			v.forget()
 		}
-		key := w.Key
-		if !exists {
-			key = strings.Clone(key)
-		}
-		p.recs[key] = rec
-		sh.nextExpiry = min(sh.nextExpiry, rec.ExpireAt)
-	}
-	if len(p.recs) == 0 {
-		delete(sh.parts, b.Partition)
+		r.set(w.Rec)
+		sh.nextExpiry = min(sh.nextExpiry, r.ExpireAt)
 	}
 	return nil
 }
 
 // reserveKeys counts the keys writes would create and reserves them against
-// the cap, sweeping expired records first if the store is full.
-func (s *Store) reserveKeys(sh *shard, p *partition, writes []engine.Write, now int64) error {
-	var created int64
-	for i := range writes {
-		w := &writes[i]
-		if _, ok := p.recs[w.Key]; ok || w.Delete || rewritten(writes, i) {
-			continue // exists already, or not created, or counted at its last write
+// the cap. If the store is full it sweeps expired records, first from sh,
+// then from the other shards; a sweep may remove expired records that writes
+// then create anew, so each attempt counts again.
+func (s *Store) reserveKeys(sh *shard, writes []engine.Write, now int64) error {
+	for attempt := 0; ; attempt++ {
+		var created int64
+		for i := range writes {
+			w := &writes[i]
+			if w.Delete || rewritten(writes, i) || sh.view.lookup(w.Key) != nil {
+				continue // not created, or counted at its last write, or exists already
+			}
+			created++
 		}
-		created++
-	}
-	if created == 0 {
-		return nil
-	}
-	for range 2 {
-		if s.keys.Add(created) <= s.max {
+		if created == 0 || s.keys.Add(created) <= s.max {
 			return nil
 		}
 		s.keys.Add(-created)
-		s.sweep(sh, now)
+		switch attempt {
+		case 0:
+			s.sweep(sh, now)
+		case 1:
+			s.sweepOthers(sh, now, created)
+		default:
+			return fmt.Errorf("%w: %d records held (max %d)", engine.ErrCapacity, s.keys.Load(), s.max)
+		}
 	}
-	return fmt.Errorf("%w: %d records held (max %d)", engine.ErrCapacity, s.keys.Load(), s.max)
+}
+
+// sweepOthers sweeps the shards but sh that hold expired records until it
+// has removed need records, so that an expired record anywhere makes room
+// for a new key. It skips a shard whose lock is taken rather than wait: the
+// caller holds sh's lock, and waiting could deadlock with a batch doing the
+// same from that shard.
+func (s *Store) sweepOthers(sh *shard, now, need int64) {
+	var removed int64
+	for i := 0; i < len(s.shards) && removed < need; i++ {
+		o := &s.shards[i]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		if now >= o.nextExpiry {
+			removed += int64(s.sweep(o, now))
+		}
+		o.mu.Unlock()
+	}
 }
 
 // rewritten reports whether a later write in writes touches the key of
@@ -225,32 +301,28 @@ func rewritten(writes []engine.Write, i int) bool {
 }
 
 // sweep removes up to SweepBatch expired records from sh. When it examines
-// the whole shard it also recomputes the shard's earliest expiry.
-func (s *Store) sweep(sh *shard, now int64) {
+// the whole shard it also recomputes the shard's earliest expiry. It returns
+// the number of records removed.
+func (s *Store) sweep(sh *shard, now int64) int {
 	removed, examined := 0, 0
 	next := int64(math.MaxInt64)
 	complete := true
-	for name, p := range sh.parts {
-		for key, rec := range p.recs {
-			examined++
-			if !rec.Live(now) {
-				delete(p.recs, key)
-				s.keys.Add(-1)
-				removed++
-			} else {
-				next = min(next, rec.ExpireAt)
-			}
-			if removed == SweepBatch || examined == 4*SweepBatch {
-				complete = false
-				break
-			}
+	for key, r := range sh.recs {
+		examined++
+		if !r.Live(now) {
+			delete(sh.recs, key)
+			s.keys.Add(-1)
+			removed++
+		} else {
+			next = min(next, r.ExpireAt)
 		}
-		if len(p.recs) == 0 {
-			delete(sh.parts, name)
-		}
-		if !complete {
+		if removed == SweepBatch || examined == 4*SweepBatch {
+			complete = false
 			break
 		}
+	}
+	if removed > 0 {
+		sh.view.forget()
 	}
 	if complete {
 		sh.nextExpiry = next
@@ -259,8 +331,5 @@ func (s *Store) sweep(sh *shard, now int64) {
 		// large shard is swept steadily without every batch paying for it.
 		sh.nextExpiry = now + 1
 	}
+	return removed
 }
-
-type emptyView struct{}
-
-func (emptyView) Get(string) (engine.Record, bool) { return engine.Record{}, false }

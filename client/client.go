@@ -1,0 +1,441 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// maxAnswer bounds the body of an answer the client reads. The largest
+// valid answer (32 commands, each reading a 2 KiB value that JSON escapes
+// up to sixfold, or reporting four windows) is far below it.
+const maxAnswer = 1 << 20
+
+// Client is a Sluice server reached over the signed RPC. It is an
+// engine.Store and an engine.RequestStore, so engine.New(c) — and every
+// package built on the engine — runs against the server unchanged, one RPC
+// per request.
+//
+// A Client is safe for concurrent use. WithFamily and WithFairness return
+// request-scoped views sharing its connections; a view never changes.
+type Client struct {
+	s *shared
+
+	family    string
+	source    string // hashed; empty when unset
+	principal string // hashed; empty when unset
+	// viewErr is why this view cannot send (an invalid family), or nil.
+	viewErr error
+}
+
+// shared is the state every view of a Client holds in common.
+type shared struct {
+	rpcURL, pingURL string
+	secret          []byte
+	pepper          []byte
+	timeout         time.Duration
+	http            *http.Client
+	transport       *http.Transport // ours to close; nil for a caller's HTTPClient
+	now             func() time.Time
+	log             *slog.Logger
+	families        []string
+	// off is the error every call answers when the client is off, or nil.
+	off    error
+	closed atomic.Bool
+	// macs recycles HMAC states keyed with the pepper: keying one costs
+	// two SHA-256 blocks and several allocations, Reset only a copy.
+	macs sync.Pool
+}
+
+var (
+	_ engine.Store        = (*Client)(nil)
+	_ engine.RequestStore = (*Client)(nil)
+)
+
+// New returns a Client configured by cfg. New never fails: when cfg does not
+// validate, or cfg.Off is set, the client is off — every call answers an
+// error wrapping ErrUnavailable with the reason, and Err reports it — so
+// each caller applies its fail mode. A bad configuration is logged once, at
+// error level.
+func New(cfg Config) *Client {
+	s := &shared{timeout: cfg.timeout(), now: cfg.Now, log: cfg.Logger}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		reason := strings.ReplaceAll(err.Error(), "\n", "; ")
+		s.off = fmt.Errorf("%w: client off: invalid configuration: %s", ErrUnavailable, reason)
+		s.log.Error("sluice client off: every call fails until the configuration is fixed", "reason", reason)
+	} else if cfg.Off {
+		s.off = fmt.Errorf("%w: client off: backend set to off", ErrUnavailable)
+		s.log.Info("sluice client off: backend set to off")
+	}
+	s.secret = []byte(cfg.Secret)
+	s.pepper = []byte(cfg.Pepper)
+	if len(s.pepper) < wire.MinSecretLen {
+		// The client is off, but Hash must still never expose what it is
+		// given: key it with a random value no one else knows.
+		s.pepper = make([]byte, 32)
+		_, _ = rand.Read(s.pepper) // crypto/rand.Read never fails (Go ≥ 1.24)
+	}
+	s.macs.New = func() any { return hmac.New(sha256.New, s.pepper) }
+	for _, f := range cfg.Families {
+		if !slices.Contains(s.families, f) {
+			s.families = append(s.families, f)
+		}
+	}
+	if s.off == nil {
+		origin := strings.TrimSuffix(cfg.URL, "/")
+		s.rpcURL, s.pingURL = origin+wire.PathRPC, origin+wire.PathPing
+		s.http = cfg.HTTPClient
+		if s.http == nil {
+			s.transport = newTransport(s.timeout)
+			s.http = &http.Client{
+				Transport: s.transport,
+				// A redirect would send the signed body elsewhere: the
+				// answer is taken as it is, and a 3xx is a failure.
+				CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+			}
+		}
+	}
+	family := cfg.Family
+	if family == "" {
+		family = DefaultFamily
+	}
+	return &Client{s: s, family: family}
+}
+
+// newTransport returns the pooled transport of a client that was given no
+// HTTPClient. Go's transport resends a POST only when none of it was
+// written, so the server never sees a request twice.
+func newTransport(timeout time.Duration) *http.Transport {
+	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                  http.ProxyFromEnvironment,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    256,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    timeout,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+}
+
+// Err returns why the client is off (an error wrapping ErrUnavailable), or
+// nil when it sends requests.
+func (c *Client) Err() error { return c.s.off }
+
+// Family returns the admission family this view sends.
+func (c *Client) Family() string { return c.family }
+
+// Assigned reports whether family is among the families this process has
+// assigned to the server (Config.Families, SLUICE_FAMILIES). A caller whose
+// family is not assigned keeps its own local store; one whose family is
+// assigned uses this client and, while it is unavailable, its fail mode.
+func (c *Client) Assigned(family string) bool { return slices.Contains(c.s.families, family) }
+
+// WithFamily returns a view of c that sends family as its admission family.
+// An invalid name (see Config.Family) makes every call of the view fail
+// with engine.ErrInvalid without sending anything.
+func (c *Client) WithFamily(family string) *Client {
+	v := *c
+	v.family, v.viewErr = family, nil
+	if err := validateFamily(family); err != nil {
+		v.viewErr = fmt.Errorf("%w: %w", engine.ErrInvalid, err)
+	}
+	return &v
+}
+
+// WithFairness returns a view of c whose requests carry the hashed source
+// and principal identities that admission fairness charges. source is the
+// caller's verified client address: it is reduced to its bucket (see
+// SourceBucket) and hashed with PurposeSource. principal is a verified
+// account or token identity, hashed with PurposePrincipal; empty means
+// none. Pass values from trusted adapters only, never from claims in a
+// request body or header.
+func (c *Client) WithFairness(source, principal string) *Client {
+	v := *c
+	v.source = c.s.hash(PurposeSource, SourceBucket(source))
+	v.principal = ""
+	if principal != "" {
+		v.principal = c.s.hash(PurposePrincipal, principal)
+	}
+	return &v
+}
+
+// Do sends r as one RPC and returns the server's response: one StepResult
+// per step, in order. r is validated first: a request outside the bounds
+// fails with engine.ErrInvalid and sends nothing. The request's operation id
+// is used when set — pass the same id to retry after an unknown outcome —
+// and a fresh one otherwise. Do never retries on its own.
+//
+// Unlike engine.Engine.Do over a local store, an error returns no partial
+// response: a step's error comes back from the server as a whole.
+func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if err := c.ready(); err != nil {
+		return nil, err
+	}
+	id := r.OperationID
+	if id == "" {
+		id = engine.NewOperationID()
+	}
+	wr := wire.Request{
+		OperationID: id,
+		Family:      c.family,
+		Source:      c.source,
+		Principal:   c.principal,
+		Mode:        r.Mode,
+		Steps:       c.s.hashSteps(r.Steps),
+	}
+	var resp engine.Response
+	if err := c.call(ctx, &wr, &resp); err != nil {
+		return nil, err
+	}
+	if err := checkShape(r.Steps, &resp); err != nil {
+		return nil, unavailable(err)
+	}
+	return &resp, nil
+}
+
+// Apply runs one batch as a one-step request (see Do), writing its outcome
+// into out and reusing out.Results' capacity. The request carries
+// b.OperationID when set and a fresh operation id otherwise.
+func (c *Client) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	r := engine.Request{OperationID: b.OperationID, Steps: []engine.Step{{Partition: b.Partition, Commands: b.Commands}}}
+	resp, err := c.Do(ctx, &r)
+	if err != nil {
+		return err
+	}
+	st := &resp.Steps[0]
+	out.Skipped, out.Replayed, out.Denied = st.Skipped, st.Replayed, st.Denied
+	out.Results = append(out.Results[:0], st.Results...)
+	return nil
+}
+
+// Close releases the client's idle connections. Later calls, through any
+// view, fail with engine.ErrClosed. Close is idempotent.
+func (c *Client) Close() error {
+	if !c.s.closed.Swap(true) && c.s.transport != nil {
+		c.s.transport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Ping asks the server for its protocol version. It fails with
+// ErrUnavailable when the server cannot be reached or speaks another
+// protocol version than this client (wire.ProtocolVersion).
+func (c *Client) Ping(ctx context.Context) (wire.Ping, error) {
+	if err := c.ready(); err != nil {
+		return wire.Ping{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.s.pingURL, nil)
+	if err != nil {
+		return wire.Ping{}, unavailable(err)
+	}
+	status, body, err := c.s.roundTrip(req)
+	if err != nil {
+		return wire.Ping{}, err
+	}
+	if status != http.StatusOK {
+		return wire.Ping{}, answerError(status, body)
+	}
+	var p wire.Ping
+	if err := json.Unmarshal(body, &p); err != nil {
+		return wire.Ping{}, unavailable(fmt.Errorf("undecodable ping answer: %w", err))
+	}
+	if p.Protocol != wire.ProtocolVersion {
+		return p, unavailable(fmt.Errorf("server speaks protocol %d, this client %d", p.Protocol, wire.ProtocolVersion))
+	}
+	return p, nil
+}
+
+// ready returns why this view cannot send, or nil.
+func (c *Client) ready() error {
+	switch {
+	case c.viewErr != nil:
+		return c.viewErr
+	case c.s.closed.Load():
+		return engine.ErrClosed
+	}
+	return c.s.off
+}
+
+// call sends one signed RPC and decodes a successful answer into out.
+func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Response) error {
+	body, err := json.Marshal(wr)
+	if err != nil {
+		return fmt.Errorf("%w: encoding the request: %w", engine.ErrInvalid, err)
+	}
+	if len(body) > wire.MaxBody {
+		return fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(body), wire.MaxBody)
+	}
+	if err := ctx.Err(); err != nil {
+		return unavailable(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.s.rpcURL, bytes.NewReader(body))
+	if err != nil {
+		return unavailable(err)
+	}
+	ts := c.s.now().Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(wire.HeaderSignature, wire.Sign(c.s.secret, ts, http.MethodPost, wire.PathRPC, body))
+	status, answer, err := c.s.roundTrip(req)
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return answerError(status, answer)
+	}
+	if err := json.Unmarshal(answer, out); err != nil {
+		return unavailable(fmt.Errorf("undecodable answer: %w", err))
+	}
+	return nil
+}
+
+// roundTrip sends req once and reads its answer, bounded by maxAnswer.
+func (s *shared) roundTrip(req *http.Request) (status int, body []byte, err error) {
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, nil, unavailable(err)
+	}
+	defer resp.Body.Close()
+	body, err = wire.ReadBody(resp.Body, maxAnswer)
+	if err != nil {
+		return 0, nil, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
+	}
+	return resp.StatusCode, body, nil
+}
+
+// checkShape verifies that an answer has one result per step sent and one
+// per command of every step that ran, so callers may index them.
+func checkShape(steps []engine.Step, resp *engine.Response) error {
+	if len(resp.Steps) != len(steps) {
+		return fmt.Errorf("answer holds %d steps for %d sent", len(resp.Steps), len(steps))
+	}
+	for i := range steps {
+		st := &resp.Steps[i]
+		if st.Skipped {
+			if len(st.Results) != 0 {
+				return fmt.Errorf("answer holds results for skipped step %d", i)
+			}
+			continue
+		}
+		cmds := steps[i].Commands
+		if len(st.Results) != len(cmds) {
+			return fmt.Errorf("answer holds %d results for the %d commands of step %d", len(st.Results), len(cmds), i)
+		}
+		for j := range cmds {
+			want := 0
+			switch cmds[j].Op {
+			case engine.OpHit:
+				want = len(cmds[j].Windows)
+			case engine.OpReserve:
+				want = len(cmds[j].Budgets)
+			default:
+				continue
+			}
+			if got := len(st.Results[j].Windows); got != want {
+				return fmt.Errorf("answer holds %d window results for the %d of step %d command %d", got, want, i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// The purposes with which Client hashes what it sends. Hash a value with the
+// same purpose to find it on the server (for instance an identity to reset).
+const (
+	PurposePartition = "partition" // partition names
+	PurposeKey       = "key"       // window, kv, budget, receipt, gate and pace keys
+	PurposeSource    = "source"    // fairness source buckets (see SourceBucket)
+	PurposePrincipal = "principal" // fairness principals
+)
+
+// Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of
+// purpose, a zero byte and value. The client sends every partition name and
+// key hashed this way, so raw identifiers never leave the process; use Hash
+// to build identities of your own (log fields, correlation ids) and to find
+// what the server holds for a value. Distinct purposes keep equal values
+// apart; a purpose must not contain a zero byte.
+func (c *Client) Hash(purpose, value string) string { return c.s.hash(purpose, value) }
+
+func (s *shared) hash(purpose, value string) string {
+	mac, ok := s.macs.Get().(hash.Hash)
+	if !ok {
+		mac = hmac.New(sha256.New, s.pepper)
+	}
+	mac.Reset()
+	buf := make([]byte, 0, len(purpose)+1+len(value))
+	buf = append(append(append(buf, purpose...), 0), value...)
+	mac.Write(buf)
+	var sum [sha256.Size]byte
+	mac.Sum(sum[:0])
+	s.macs.Put(mac)
+	return hex.EncodeToString(sum[:])
+}
+
+// hashSteps returns a copy of steps with every partition name and key
+// hashed. Values, lease ids and numbers are data and travel as they are.
+func (s *shared) hashSteps(steps []engine.Step) []engine.Step {
+	out := make([]engine.Step, len(steps))
+	for i := range steps {
+		cmds := make([]engine.Command, len(steps[i].Commands))
+		for j, cmd := range steps[i].Commands {
+			if cmd.Key != "" {
+				cmd.Key = s.hash(PurposeKey, cmd.Key)
+			}
+			if cmd.Receipt != "" {
+				cmd.Receipt = s.hash(PurposeKey, cmd.Receipt)
+			}
+			if len(cmd.Windows) > 0 {
+				ws := make([]engine.Window, len(cmd.Windows))
+				for k, w := range cmd.Windows {
+					w.Key = s.hash(PurposeKey, w.Key)
+					ws[k] = w
+				}
+				cmd.Windows = ws
+			}
+			if len(cmd.Budgets) > 0 {
+				bs := make([]engine.Budget, len(cmd.Budgets))
+				for k, b := range cmd.Budgets {
+					b.Key = s.hash(PurposeKey, b.Key)
+					bs[k] = b
+				}
+				cmd.Budgets = bs
+			}
+			cmds[j] = cmd
+		}
+		out[i] = engine.Step{Partition: s.hash(PurposePartition, steps[i].Partition), Commands: cmds}
+	}
+	return out
+}

@@ -1,0 +1,228 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Timeouts of one call. A configured timeout outside [MinTimeout,
+// MaxTimeout] is clamped into it; zero means DefaultTimeout.
+const (
+	DefaultTimeout = 750 * time.Millisecond
+	MinTimeout     = 100 * time.Millisecond
+	MaxTimeout     = 2 * time.Second
+)
+
+// DefaultFamily is the admission family a client sends when its
+// configuration names none.
+const DefaultFamily = "default"
+
+// The environment variables read by ConfigFromEnv.
+const (
+	EnvURL       = "SLUICE_URL"        // the server's origin: https://host[:port], or http:// on loopback only
+	EnvSecret    = "SLUICE_SECRET"     // the request-signing secret, at least 32 characters
+	EnvPepper    = "SLUICE_PEPPER"     // the key-hashing pepper, at least 32 characters
+	EnvTimeoutMs = "SLUICE_TIMEOUT_MS" // per-call timeout in milliseconds: default 750, clamped to 100–2000
+	EnvFamily    = "SLUICE_FAMILY"     // the family this process sends by default
+	EnvFamilies  = "SLUICE_FAMILIES"   // comma list of the families this process assigns to the server
+	EnvBackend   = "SLUICE_BACKEND"    // "off" reports the store unavailable to every caller
+)
+
+// Config configures a Client. Start from DefaultConfig or ConfigFromEnv.
+//
+// A Config that does not validate still yields a Client from New: one that
+// is off, answering every call with ErrUnavailable and the reasons. A
+// misconfigured process therefore applies each caller's fail mode, loudly,
+// and never silently runs without its limits.
+type Config struct {
+	// URL is the server's origin: https://host[:port]. Plain http is
+	// accepted only for a loopback host (localhost, 127.0.0.0/8, ::1). It
+	// carries no path, query, fragment or credentials.
+	URL string
+	// Secret signs every request (see wire.Sign): at least 32 characters,
+	// and one of the server's accepted secrets.
+	Secret string
+	// Pepper keys the hash that replaces every partition name, key and
+	// identity before it leaves the process: at least 32 characters, and
+	// different from Secret. Every process sharing a quota must use the
+	// same pepper; changing it starts every counter afresh.
+	Pepper string
+	// Timeout bounds one call, from sending to the decoded answer. Zero
+	// means DefaultTimeout; other values are clamped to MinTimeout …
+	// MaxTimeout.
+	Timeout time.Duration
+	// Family is the admission family sent with every request unless a view
+	// (Client.WithFamily) names another. Empty means DefaultFamily.
+	Family string
+	// Families lists the families this process has assigned to the server
+	// (see Client.Assigned). It does not restrict what a client may send.
+	Families []string
+	// Off reports the store unavailable to every caller, so each applies its
+	// fail mode, without contacting the server. The connection settings
+	// are then not required.
+	Off bool
+
+	// HTTPClient sends the requests. Nil means a client of the package's
+	// own with pooled keep-alive connections; a client given here must not
+	// follow redirects or retry.
+	HTTPClient *http.Client
+	// Now is the clock of request timestamps. Nil means time.Now.
+	Now func() time.Time
+	// Logger receives the client's logs. Nil discards them.
+	Logger *slog.Logger
+
+	// problems are the malformed environment variables ConfigFromEnv met;
+	// Validate reports them, so they turn the client off.
+	problems []error
+}
+
+// DefaultConfig returns a configuration with the default timeout and family
+// and no server: it does not validate until URL, Secret and Pepper are set.
+func DefaultConfig() Config {
+	return Config{Timeout: DefaultTimeout, Family: DefaultFamily}
+}
+
+// ConfigFromEnv returns DefaultConfig overlaid with the SLUICE_* variables
+// (see the Env constants). The error reports every problem at once — a
+// malformed variable as well as what Validate reports — and the returned
+// Config carries the malformed variables, so New still turns it into an
+// off client rather than one running on a default the operator did not set.
+func ConfigFromEnv() (Config, error) {
+	cfg := DefaultConfig()
+	cfg.URL = os.Getenv(EnvURL)
+	cfg.Secret = os.Getenv(EnvSecret)
+	cfg.Pepper = os.Getenv(EnvPepper)
+	if v, ok := os.LookupEnv(EnvTimeoutMs); ok && strings.TrimSpace(v) != "" {
+		ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			cfg.problems = append(cfg.problems, fmt.Errorf("%s=%q is not a whole number of milliseconds", EnvTimeoutMs, v))
+		} else {
+			// Clamp in milliseconds: ms·1e6 could overflow a Duration.
+			ms = min(max(ms, MinTimeout.Milliseconds()), MaxTimeout.Milliseconds())
+			cfg.Timeout = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if v := os.Getenv(EnvFamily); v != "" {
+		cfg.Family = v
+	}
+	for name := range strings.SplitSeq(os.Getenv(EnvFamilies), ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			cfg.Families = append(cfg.Families, name)
+		}
+	}
+	switch v := os.Getenv(EnvBackend); v {
+	case "":
+	case "off":
+		cfg.Off = true
+	default:
+		cfg.problems = append(cfg.problems, fmt.Errorf("%s=%q (want off or unset)", EnvBackend, v))
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate reports every problem of c at once, each naming what to fix. A
+// client built from a Config that does not validate is off.
+func (c Config) Validate() error {
+	errs := append([]error(nil), c.problems...)
+	if !c.Off {
+		if err := validateURL(c.URL); err != nil {
+			errs = append(errs, err)
+		}
+		if len(c.Secret) < wire.MinSecretLen {
+			errs = append(errs, fmt.Errorf("signing secret is %d characters (minimum %d)", len(c.Secret), wire.MinSecretLen))
+		}
+		if len(c.Pepper) < wire.MinSecretLen {
+			errs = append(errs, fmt.Errorf("key pepper is %d characters (minimum %d)", len(c.Pepper), wire.MinSecretLen))
+		}
+		if c.Pepper != "" && c.Pepper == c.Secret {
+			errs = append(errs, errors.New("key pepper equals the signing secret (use two independent values)"))
+		}
+	}
+	if c.Family != "" {
+		if err := validateFamily(c.Family); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, f := range c.Families {
+		if err := validateFamily(f); err != nil {
+			errs = append(errs, fmt.Errorf("assigned %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// timeout returns the effective per-call timeout.
+func (c Config) timeout() time.Duration {
+	if c.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return clampTimeout(c.Timeout)
+}
+
+func clampTimeout(d time.Duration) time.Duration {
+	return min(max(d, MinTimeout), MaxTimeout)
+}
+
+// validateURL checks that u is an origin the client may send secrets-signed
+// requests and hashed identities to.
+func validateURL(raw string) error {
+	if raw == "" {
+		return errors.New("no server URL configured")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("server URL does not parse: %w", err)
+	}
+	switch {
+	case u.Host == "" || u.Opaque != "":
+		return fmt.Errorf("server URL %q has no host", raw)
+	case u.User != nil:
+		return errors.New("server URL carries credentials (use the signing secret)")
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.ForceQuery:
+		return fmt.Errorf("server URL %q must be an origin, without path, query or fragment", u.Redacted())
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+		if isLoopback(u.Hostname()) {
+			return nil
+		}
+		return fmt.Errorf("server URL %q is plain http on a non-loopback host (use https)", u.Redacted())
+	}
+	return fmt.Errorf("server URL %q: scheme %q (want https, or http on loopback)", u.Redacted(), u.Scheme)
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// validateFamily checks a family name: 1 … wire.MaxFamily bytes of ASCII
+// letters, digits, '.', '_' and '-'.
+func validateFamily(name string) error {
+	if name == "" || len(name) > wire.MaxFamily {
+		return fmt.Errorf("family name of %d bytes (want 1…%d)", len(name), wire.MaxFamily)
+	}
+	for i := 0; i < len(name); i++ {
+		switch ch := name[i]; {
+		case 'a' <= ch && ch <= 'z', 'A' <= ch && ch <= 'Z', '0' <= ch && ch <= '9', ch == '.', ch == '_', ch == '-':
+		default:
+			return fmt.Errorf("family %q: only letters, digits, '.', '_' and '-' are allowed", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package client_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/client"
+)
+
+var (
+	goodSecret = strings.Repeat("s", 32)
+	goodPepper = strings.Repeat("p", 32)
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := func() client.Config {
+		c := client.DefaultConfig()
+		c.URL, c.Secret, c.Pepper = "https://sluice.example", goodSecret, goodPepper
+		return c
+	}
+	ok := map[string]func(*client.Config){
+		"https":                 func(c *client.Config) {},
+		"https with port":       func(c *client.Config) { c.URL = "https://sluice.example:8443/" },
+		"http on 127.0.0.1":     func(c *client.Config) { c.URL = "http://127.0.0.1:7070" },
+		"http on 127.9.9.9":     func(c *client.Config) { c.URL = "http://127.9.9.9" },
+		"http on localhost":     func(c *client.Config) { c.URL = "http://localhost:7070" },
+		"http on ::1":           func(c *client.Config) { c.URL = "http://[::1]:7070" },
+		"off needs no server":   func(c *client.Config) { *c = client.DefaultConfig(); c.Off = true },
+		"families":              func(c *client.Config) { c.Families = []string{"proxy", "replay"} },
+		"empty family: default": func(c *client.Config) { c.Family = "" },
+	}
+	for name, mutate := range ok {
+		t.Run(name, func(t *testing.T) {
+			c := valid()
+			mutate(&c)
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	bad := map[string]struct {
+		mutate func(*client.Config)
+		reason string
+	}{
+		"no URL":            {func(c *client.Config) { c.URL = "" }, "no server URL"},
+		"http remote":       {func(c *client.Config) { c.URL = "http://sluice.example" }, "plain http"},
+		"http private":      {func(c *client.Config) { c.URL = "http://10.0.0.1" }, "plain http"},
+		"ftp":               {func(c *client.Config) { c.URL = "ftp://sluice.example" }, "scheme"},
+		"no scheme":         {func(c *client.Config) { c.URL = "sluice.example" }, "no host"},
+		"path":              {func(c *client.Config) { c.URL = "https://sluice.example/api" }, "origin"},
+		"query":             {func(c *client.Config) { c.URL = "https://sluice.example?x=1" }, "origin"},
+		"credentials":       {func(c *client.Config) { c.URL = "https://u:p@sluice.example" }, "credentials"},
+		"short secret":      {func(c *client.Config) { c.Secret = goodSecret[:31] }, "signing secret is 31"},
+		"no secret":         {func(c *client.Config) { c.Secret = "" }, "signing secret is 0"},
+		"short pepper":      {func(c *client.Config) { c.Pepper = goodPepper[:31] }, "key pepper is 31"},
+		"pepper is secret":  {func(c *client.Config) { c.Pepper = c.Secret }, "equals the signing secret"},
+		"bad family":        {func(c *client.Config) { c.Family = "a b" }, "only letters"},
+		"long family":       {func(c *client.Config) { c.Family = strings.Repeat("f", 65) }, "family name of 65"},
+		"bad assigned":      {func(c *client.Config) { c.Families = []string{"ok", "no,comma"} }, "assigned family"},
+		"off, bad families": {func(c *client.Config) { c.Off = true; c.Families = []string{""} }, "assigned family"},
+	}
+	for name, tc := range bad {
+		t.Run(name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("Validate() = %v, want a reason containing %q", err, tc.reason)
+			}
+			off := client.New(c).Err()
+			if !errors.Is(off, client.ErrUnavailable) || !strings.Contains(off.Error(), tc.reason) {
+				t.Fatalf("client Err() = %v, want off with the reason", off)
+			}
+		})
+	}
+	// Every reason is reported at once.
+	err := client.DefaultConfig().Validate()
+	for _, want := range []string{"no server URL", "signing secret", "key pepper"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate() = %v, want every reason including %q", err, want)
+		}
+	}
+}
+
+// setEnv sets every SLUICE_* variable, unset ones to empty.
+func setEnv(t *testing.T, vars map[string]string) {
+	for _, name := range []string{client.EnvURL, client.EnvSecret, client.EnvPepper, client.EnvTimeoutMs, client.EnvFamily, client.EnvFamilies, client.EnvBackend} {
+		t.Setenv(name, vars[name])
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	setEnv(t, map[string]string{
+		client.EnvURL:       "https://sluice.internal:7443",
+		client.EnvSecret:    goodSecret,
+		client.EnvPepper:    goodPepper,
+		client.EnvTimeoutMs: "1200",
+		client.EnvFamily:    "proxy",
+		client.EnvFamilies:  " proxy, replay ,,password",
+	})
+	cfg, err := client.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.URL != "https://sluice.internal:7443" || cfg.Secret != goodSecret || cfg.Pepper != goodPepper {
+		t.Fatalf("connection settings: %+v", cfg)
+	}
+	if cfg.Timeout != 1200*time.Millisecond || cfg.Family != "proxy" || cfg.Off {
+		t.Fatalf("timeout %v family %q off %v", cfg.Timeout, cfg.Family, cfg.Off)
+	}
+	if !slices.Equal(cfg.Families, []string{"proxy", "replay", "password"}) {
+		t.Fatalf("families %q", cfg.Families)
+	}
+	c := client.New(cfg)
+	if c.Err() != nil || c.Family() != "proxy" || !c.Assigned("replay") || c.Assigned("offline") || c.Assigned("Replay") {
+		t.Fatalf("client: err %v family %q", c.Err(), c.Family())
+	}
+}
+
+func TestConfigFromEnvDefaultsAndClamping(t *testing.T) {
+	cases := map[string]time.Duration{
+		"":                     client.DefaultTimeout,
+		"750":                  750 * time.Millisecond,
+		"100":                  100 * time.Millisecond,
+		"99":                   client.MinTimeout,
+		"0":                    client.MinTimeout,
+		"-5":                   client.MinTimeout,
+		"2000":                 2 * time.Second,
+		"2001":                 client.MaxTimeout,
+		"9223372036854775807":  client.MaxTimeout, // would overflow a Duration
+		"-9223372036854775808": client.MinTimeout,
+	}
+	for v, want := range cases {
+		setEnv(t, map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper, client.EnvTimeoutMs: v})
+		cfg, err := client.ConfigFromEnv()
+		if err != nil {
+			t.Fatalf("%s=%q: %v", client.EnvTimeoutMs, v, err)
+		}
+		if cfg.Timeout != want {
+			t.Errorf("%s=%q: timeout %v, want %v", client.EnvTimeoutMs, v, cfg.Timeout, want)
+		}
+		if cfg.Family != client.DefaultFamily || len(cfg.Families) != 0 || cfg.Off {
+			t.Errorf("defaults: family %q families %q off %v", cfg.Family, cfg.Families, cfg.Off)
+		}
+	}
+}
+
+func TestConfigFromEnvProblemsTurnTheClientOff(t *testing.T) {
+	cases := map[string]struct {
+		vars   map[string]string
+		reason string
+	}{
+		"nothing set": {map[string]string{}, "no server URL"},
+		"malformed timeout": {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper,
+			client.EnvTimeoutMs: "fast"}, client.EnvTimeoutMs},
+		"unknown backend": {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper,
+			client.EnvBackend: "redis"}, client.EnvBackend},
+		"cleartext URL": {map[string]string{client.EnvURL: "http://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper}, "plain http"},
+		"short pepper":  {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: "pepper"}, "key pepper is 6"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			setEnv(t, tc.vars)
+			cfg, err := client.ConfigFromEnv()
+			if err == nil || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("ConfigFromEnv error %v, want one naming %q", err, tc.reason)
+			}
+			// Ignoring the error does not yield a working client.
+			if off := client.New(cfg).Err(); !errors.Is(off, client.ErrUnavailable) || !strings.Contains(off.Error(), tc.reason) {
+				t.Fatalf("client Err() = %v, want off naming %q", off, tc.reason)
+			}
+		})
+	}
+}
+
+func TestConfigFromEnvBackendOff(t *testing.T) {
+	setEnv(t, map[string]string{client.EnvBackend: "off", client.EnvFamilies: "proxy"})
+	cfg, err := client.ConfigFromEnv()
+	if err != nil {
+		t.Fatalf("backend off needs no connection settings: %v", err)
+	}
+	c := client.New(cfg)
+	if !cfg.Off || !errors.Is(c.Err(), client.ErrUnavailable) || !strings.Contains(c.Err().Error(), "backend set to off") {
+		t.Fatalf("off %v, Err() %v", cfg.Off, c.Err())
+	}
+	if !c.Assigned("proxy") {
+		t.Fatal("an off client still reports its assigned families")
+	}
+}
+
+func TestSourceBucket(t *testing.T) {
+	cases := map[string]string{
+		"203.0.113.9":               "203.0.113.9",
+		"::ffff:203.0.113.9":        "203.0.113.9",
+		"2001:db8:1:2:3:4:5:6":      "2001:db8:1:2::/64",
+		"2001:db8:1:2:ffff::1":      "2001:db8:1:2::/64",
+		"fe80::1%eth0":              "fe80::/64",
+		"":                          client.UnknownSource,
+		"not an address":            client.UnknownSource,
+		"203.0.113.9:443":           client.UnknownSource,
+		"2001:db8:1:3:3:4:5:6":      "2001:db8:1:3::/64",
+		"0000:0000::0000:0000:0001": "::/64",
+	}
+	for in, want := range cases {
+		if got := client.SourceBucket(in); got != want {
+			t.Errorf("SourceBucket(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,94 @@
+/*
+Package client is the Go client of a Sluice server: a store reached over the
+signed RPC (POST /v1/rpc), with the fail modes and per-process shortcuts a
+fleet of callers needs around it.
+
+# A store like any other
+
+A [Client] is an engine.Store and an engine.RequestStore: engine.New(c) runs
+every request in one RPC, and everything built on the engine (paced calls,
+route quotas, your own code) runs against a server exactly as it runs on an
+in-process store. Errors are those of a local store (engine.ErrInvalid,
+engine.ErrWrongType, engine.ErrOverflow, engine.ErrOperationConflict), plus
+one more: [ErrUnavailable].
+
+	c := client.New(cfg)
+	defer c.Close()
+	eng := engine.New(c)
+	resp, err := eng.Do(ctx, &engine.Request{Steps: …})
+
+For the common "may this caller go ahead?" check use a [Guard], which adds a
+denial cache and the family's fail mode to one win.hit.
+
+# Configuration
+
+A [Config] comes from a struct ([DefaultConfig]) or from the environment
+([ConfigFromEnv]):
+
+	SLUICE_URL         the server's origin: https://host[:port]; plain http
+	                   only on loopback (localhost, 127.0.0.0/8, ::1)
+	SLUICE_SECRET      the request-signing secret, ≥ 32 characters
+	SLUICE_PEPPER      the key-hashing pepper, ≥ 32 characters, not the secret
+	SLUICE_TIMEOUT_MS  per-call timeout: default 750, clamped to 100–2000
+	SLUICE_FAMILY      the admission family sent by default ("default")
+	SLUICE_FAMILIES    comma list of the families this process assigns to
+	                   the server (see Client.Assigned)
+	SLUICE_BACKEND     "off" reports the store unavailable to every caller
+
+An invalid configuration — a missing or cleartext URL, a missing or short
+secret or pepper, a malformed variable — never falls back to anything: [New]
+returns a client that is off, whose every call fails with [ErrUnavailable]
+and the reasons ([Client.Err] reports them, [Config.Validate] lists them),
+so each caller applies its fail mode and the problem is loud.
+
+# Raw identifiers never leave the process
+
+Before a request is sent, every partition name and every key a command
+names (window, kv, budget, receipt, gate and pace keys) is replaced by the
+lowercase hex HMAC-SHA256, keyed with the pepper, of a purpose, a zero byte
+and the value ([Client.Hash], with [PurposePartition] or [PurposeKey]).
+Values and lease ids are data, not identities, and travel as they are. The
+server, its store, its logs and its metrics see only hashes. Every process
+sharing a quota must use the same pepper; changing it starts every counter
+afresh.
+
+[Client.WithFamily] and [Client.WithFairness] return immutable
+request-scoped views: the admission family, and the hashed source and
+principal identities that admission fairness charges ([PurposeSource],
+[PurposePrincipal]; a source address is first reduced to its bucket, see
+[SourceBucket]).
+
+# Operation ids and retries
+
+Every request carries an operation id: the request's own when it has one,
+a fresh [engine.NewOperationID] otherwise. The client never retries. After
+an unknown outcome (a timeout, any [ErrUnavailable]) a caller that retries a
+mutating request passes the same operation id, and the server returns the
+recorded results without charging again. The bounds (steps, commands,
+windows, value sizes, TTLs, the 16 KiB body) are checked before anything is
+sent: a request outside them fails with engine.ErrInvalid and makes no RPC.
+
+# Errors
+
+Every failure that leaves the outcome unknown or the server unusable is one
+error wrapping [ErrUnavailable] (which is engine.ErrUnavailable) and its
+cause: a transport error, the timeout, an answer 401 (signature), 413
+(body), 429 (fairness quota), 503 (stopped, misconfigured or failing), any
+other unexpected status, an undecodable answer, or an off client. When the
+server answered a problem document the cause is a *wire.Error, so
+errors.Is(err, wire.ErrStopped) tells a stop from a failure. The server's
+400 invalid, wrong_type and overflow answers and its 409 are
+engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow and
+engine.ErrOperationConflict.
+
+# Fail modes
+
+A caller chooses per family what [ErrUnavailable] means ([FailMode]):
+[FailClosed] refuses (an HTTP caller answers 503 with Retry-After: 30, see
+[WriteUnavailable]); [FailOpen] admits; [Degraded] enforces the same windows
+in this process alone, as fixed windows, while the server is unavailable.
+A [Guard] applies the mode for you, keeps the degraded counters, and
+answers repeated denials from memory until their reset. Its caches hold at
+most [MaxEntries] (10,000) entries each, evicting the oldest.
+*/
+package client

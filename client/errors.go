@@ -1,0 +1,56 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// ErrUnavailable is engine.ErrUnavailable: the server could not be reached,
+// timed out, refused the request (authentication, body bound, fairness
+// quota, stop fence, failure) or answered something undecodable, or the
+// client is off. Every such failure is one error wrapping ErrUnavailable
+// and its cause — a *wire.Error when the server answered one — and the
+// caller applies its family's fail mode (see FailMode). The outcome of the
+// request is unknown: a retry must reuse its operation id.
+//
+// The other errors a client returns are those of a local store: a request
+// outside the bounds is engine.ErrInvalid, and the server's 400 invalid,
+// wrong_type and overflow answers and 409 are engine.ErrInvalid,
+// engine.ErrWrongType, engine.ErrOverflow and engine.ErrOperationConflict,
+// each also wrapping the *wire.Error.
+var ErrUnavailable = engine.ErrUnavailable
+
+func unavailable(cause error) error {
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
+
+// answerError maps a non-200 answer to the client's error.
+func answerError(status int, body []byte) error {
+	var cause error
+	var p wire.Problem
+	if json.Unmarshal(body, &p) == nil && p.Code != "" {
+		p.Status = status // trust the transport over the document
+		cause = &wire.Error{Problem: p}
+	} else {
+		cause = fmt.Errorf("unexpected answer %d %s", status, http.StatusText(status))
+	}
+	switch {
+	case status == http.StatusBadRequest && p.Code == wire.CodeInvalid:
+		return fmt.Errorf("%w: %w", engine.ErrInvalid, cause)
+	case status == http.StatusBadRequest && p.Code == wire.CodeWrongType:
+		return fmt.Errorf("%w: %w", engine.ErrWrongType, cause)
+	case status == http.StatusBadRequest && p.Code == wire.CodeOverflow:
+		return fmt.Errorf("%w: %w", engine.ErrOverflow, cause)
+	case status == http.StatusConflict:
+		return fmt.Errorf("%w: %w", engine.ErrOperationConflict, cause)
+	}
+	return unavailable(cause)
+}
+
+// isUnavailable reports whether err calls for the fail mode.
+func isUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
