@@ -60,6 +60,11 @@ type Request struct {
 	// admission fairness. Raw addresses and user ids never travel.
 	Source    string `json:"source,omitempty"`
 	Principal string `json:"principal,omitempty"`
+	// SourceTiers are the source's aggregate prefixes, keyed by tier
+	// (TierV4Slash24 for an IPv4 source; TierV6Slash56 and TierV6Slash48
+	// for an IPv6 one), each hashed separately by the client so the server
+	// can charge a whole network without ever receiving an address.
+	SourceTiers map[string]string `json:"sourceTiers,omitempty"`
 	// Mode is "sequential" (default) or "all".
 	Mode  engine.Mode   `json:"mode,omitempty"`
 	Steps []engine.Step `json:"steps"`
@@ -69,6 +74,18 @@ type Request struct {
 func (r *Request) Engine() *engine.Request {
 	return &engine.Request{OperationID: r.OperationID, Mode: r.Mode, Steps: r.Steps}
 }
+
+// The aggregate prefix tiers of a source.
+const (
+	TierV4Slash24 = "v4/24"
+	TierV6Slash56 = "v6/56"
+	TierV6Slash48 = "v6/48"
+)
+
+// UnknownSource is the source of every caller whose address is missing,
+// unspecified or unparsable; they share one fairness bucket. It is sent as
+// is, never hashed, so every client names the same bucket.
+const UnknownSource = "unknown"
 
 // Response is the body of a successful POST /v1/rpc: one result per step,
 // one result per command of each step.

@@ -1,0 +1,320 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testclock"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// epoch is 2026-01-01T12:00:00Z: mid-day, so tests cross midnight on purpose.
+var epoch = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	t     *testing.T
+	clock *testclock.Clock
+	store *memstore.Store
+	eng   *engine.Engine
+	logs  *countingHandler
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	clock := testclock.New(epoch)
+	cfg := memstore.DefaultConfig()
+	cfg.Clock = clock
+	st, err := memstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &fixture{t: t, clock: clock, store: st, eng: engine.New(st), logs: &countingHandler{}}
+}
+
+// admitter returns a new Admitter over the fixture's store, as a restarted
+// server would build one.
+func (fx *fixture) admitter(cfg Config) *Admitter {
+	cfg.Now = fx.clock.Now
+	cfg.Logger = slog.New(fx.logs)
+	return New(fx.eng, cfg)
+}
+
+// rpc returns a request of n commands in family fam.
+func rpc(fam string, n int) *wire.Request {
+	cmds := make([]engine.Command, n)
+	for i := range cmds {
+		cmds[i] = engine.Get(fmt.Sprintf("k%d", i))
+	}
+	var steps []engine.Step
+	for len(cmds) > 0 {
+		k := min(len(cmds), engine.MaxCommandsPerStep)
+		steps = append(steps, engine.Step{Partition: "p", Commands: cmds[:k]})
+		cmds = cmds[k:]
+	}
+	return &wire.Request{OperationID: engine.NewOperationID(), Family: fam, Steps: steps}
+}
+
+func code(err error) wire.Code {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we.Code
+	}
+	if err == nil {
+		return ""
+	}
+	return "other: " + wire.Code(err.Error())
+}
+
+// countingHandler counts log records by message.
+type countingHandler struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[string]int{}
+	}
+	h.n[r.Message]++
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *countingHandler) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n[msg]
+}
+
+func smallConfig(total int64) Config {
+	cfg := DefaultConfig()
+	cfg.Total = total
+	cfg.Chunk = 7
+	return cfg
+}
+
+// admitAll admits rpcs of n commands until the first refusal and returns
+// how many commands were admitted and the refusal.
+func admitAll(ctx context.Context, a *Admitter, fam string, n int) (int64, error) {
+	var admitted int64
+	for {
+		if err := a.Admit(ctx, rpc(fam, n)); err != nil {
+			return admitted, err
+		}
+		admitted += int64(n)
+	}
+}
+
+func TestBudgetExactAcrossChunks(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.admitter(smallConfig(100))
+	admitted, err := admitAll(context.Background(), a, DefaultFamily, 3)
+	// 100 = 33·3 + 1: the 34th batch of 3 is larger than the 1 left.
+	if admitted != 99 || code(err) != wire.CodeStopped {
+		t.Fatalf("admitted %d then %v, want 99 then guard_stopped", admitted, err)
+	}
+	if err := a.Admit(context.Background(), rpc(DefaultFamily, 1)); err != nil {
+		t.Fatalf("the last command should still fit: %v", err)
+	}
+	if err := a.Admit(context.Background(), rpc(DefaultFamily, 1)); code(err) != wire.CodeStopped {
+		t.Fatalf("after exhaustion: %v, want guard_stopped", err)
+	}
+	if n := fx.logs.count("daily operation budget exhausted"); n != 1 {
+		t.Fatalf("exhaustion logged %d times, want 1", n)
+	}
+}
+
+func TestBudgetStopPersistsAcrossRestartAndClearsAtRollover(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	a := fx.admitter(smallConfig(20))
+	if admitted, err := admitAll(ctx, a, DefaultFamily, 1); admitted != 20 || code(err) != wire.CodeStopped {
+		t.Fatalf("admitted %d then %v", admitted, err)
+	}
+	// A restarted server (a new Admitter on the same store) sees the stop.
+	b := fx.admitter(smallConfig(20))
+	if err := b.Admit(ctx, rpc(DefaultFamily, 1)); code(err) != wire.CodeStopped {
+		t.Fatalf("after restart: %v, want guard_stopped", err)
+	}
+	st, err := b.State(ctx)
+	if err != nil || len(st) != 1 || !st[0].Stopped || st[0].OperatorStop || st[0].Used != 20 {
+		t.Fatalf("state after restart = %+v, %v", st, err)
+	}
+	// One millisecond before UTC midnight: still stopped.
+	fx.clock.Set(time.Date(2026, 1, 1, 23, 59, 59, 999e6, time.UTC))
+	if err := b.Admit(ctx, rpc(DefaultFamily, 1)); code(err) != wire.CodeStopped {
+		t.Fatalf("before midnight: %v, want guard_stopped", err)
+	}
+	fx.clock.Set(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
+	if admitted, err := admitAll(ctx, b, DefaultFamily, 1); admitted != 20 || code(err) != wire.CodeStopped {
+		t.Fatalf("new day: admitted %d then %v, want a fresh 20", admitted, err)
+	}
+}
+
+func TestBurstAcrossMidnightAdmitsAtMostTwoAllowances(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	a := fx.admitter(smallConfig(50))
+	burst := func() int64 {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 10 {
+					if a.Admit(ctx, rpc(DefaultFamily, 1)) == nil {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return admitted.Load()
+	}
+	fx.clock.Set(time.Date(2026, 1, 1, 23, 59, 59, 0, time.UTC))
+	before := burst()
+	fx.clock.Set(time.Date(2026, 1, 2, 0, 0, 0, 1e6, time.UTC))
+	after := burst()
+	// 160 attempts on each side of midnight: each UTC day admits exactly
+	// its allowance, so the burst admits two allowances and no more.
+	if before != 50 || after != 50 {
+		t.Fatalf("admitted %d before and %d after midnight, want 50 and 50", before, after)
+	}
+}
+
+func TestWarningOncePerFamilyAndDay(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(100)
+	cfg.Chunk = 1
+	a := fx.admitter(cfg)
+	for range 79 {
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fx.logs.count("daily operation budget at threshold"); n != 0 {
+		t.Fatalf("warned at 79 %%: %d", n)
+	}
+	for range 15 {
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A restarted server on the same store does not warn again.
+	b := fx.admitter(cfg)
+	for range 5 {
+		if err := b.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := fx.logs.count("daily operation budget at threshold"); n != 1 {
+		t.Fatalf("warned %d times, want exactly 1", n)
+	}
+}
+
+func TestConcurrentAdmissionNeverExceedsAllowance(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(1000)
+	cfg.Chunk = 13
+	// Three servers sharing one store.
+	servers := []*Admitter{fx.admitter(cfg), fx.admitter(cfg), fx.admitter(cfg)}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 48 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := servers[g%len(servers)]
+			for range 40 {
+				if a.Admit(ctx, rpc(DefaultFamily, 1+g%3)) == nil {
+					admitted.Add(int64(1 + g%3))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := admitted.Load(); n > 1000 {
+		t.Fatalf("admitted %d commands, allowance 1000", n)
+	}
+}
+
+func TestInvalidConfigurationRefusesEverything(t *testing.T) {
+	for _, split := range []string{"nope=5", "default=5,default=6", "default=x", "default=2000000", "default"} {
+		fx := newFixture(t)
+		cfg := DefaultConfig()
+		cfg.Split = split
+		a := fx.admitter(cfg)
+		for range 3 {
+			if err := a.Admit(context.Background(), rpc(DefaultFamily, 1)); code(err) != wire.CodeUnavailable {
+				t.Fatalf("split %q: %v, want guard_unavailable", split, err)
+			}
+		}
+		if fx.store.Len() != 0 {
+			t.Fatalf("split %q: a refused RPC wrote %d records", split, fx.store.Len())
+		}
+	}
+}
+
+func TestAllowances(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Families = []string{"offline", "replay", "proxy", "password"}
+	cfg.Split = "offline=600000,replay=100000"
+	got, err := cfg.Allowances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"offline": 600000, "replay": 100000, "proxy": 150000, "password": 150000}
+	for f, n := range want {
+		if got[f] != n {
+			t.Errorf("%s = %d, want %d", f, got[f], n)
+		}
+	}
+	cfg.Split = ""
+	if got, _ := cfg.Allowances(); got["offline"] != 250000 {
+		t.Errorf("equal shares: offline = %d, want 250000", got["offline"])
+	}
+}
+
+func TestOperatorStopAndResume(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(100)
+	cfg.Families = []string{"a", "b"}
+	a := fx.admitter(cfg)
+	if err := a.StopFamily(ctx, "a", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Admit(ctx, rpc("a", 1)); code(err) != wire.CodeStopped {
+		t.Fatalf("stopped family: %v", err)
+	}
+	if err := a.Admit(ctx, rpc("b", 1)); err != nil {
+		t.Fatalf("other family: %v", err)
+	}
+	// The stop is durable: a restarted server sees it, also on a later day.
+	fx.clock.Advance(48 * time.Hour)
+	b := fx.admitter(cfg)
+	if err := b.Admit(ctx, rpc("a", 1)); code(err) != wire.CodeStopped {
+		t.Fatalf("restarted, two days later: %v", err)
+	}
+	if err := b.ResumeFamily(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Admit(ctx, rpc("a", 1)); err != nil {
+		t.Fatalf("after resume: %v", err)
+	}
+}

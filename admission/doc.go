@@ -1,0 +1,49 @@
+// Package admission decides, before any subject command runs, whether an
+// authenticated RPC may spend its family's daily allowance and its callers'
+// fairness quotas.
+//
+// # Families and daily budgets
+//
+// Every RPC names a family. Each family has an allowance of admitted
+// commands per UTC day (Config.Total split by Config.Split, or shared
+// equally). An RPC reserves its full command count — including steps that
+// end up skipped — before its first subject command; nothing is refunded. A
+// batch larger than what is left is refused. At Config.WarnPermille of the
+// allowance one warning is logged per family and day (across servers: the
+// warning is claimed with a durable NX record). When the allowance is gone
+// the family is stopped durably until the next UTC day or an operator
+// resume; other families are unaffected.
+//
+// # No hotspot, exact caps
+//
+// A server leases its family allowance in chunks (Config.Chunk commands)
+// from a durable counter, one per family and day, and admits from the
+// leased chunk in memory without a lock on the fast path. The cap is exact:
+// a command is admitted only from a leased chunk, and leases never exceed
+// the allowance. A chunk unspent when a server crashes is lost, never spent
+// twice. The cost is latency of a stop: when the allowance is exhausted, a
+// server sharing the store keeps admitting from the chunk it already holds
+// (at most Config.Chunk commands), and sees the durable family stop within
+// Config.StateRefresh.
+//
+// # Fairness
+//
+// An RPC may carry a hashed source, its hashed aggregate prefix tiers and a
+// hashed principal. Each source bucket (an IPv4 /32, an IPv6 /64, or the
+// shared unknown bucket), each prefix tier (IPv4 /24, IPv6 /56 and /48) and
+// each principal may spend at most floor(family budget / divisor) commands
+// per UTC day (Shares). The source bucket and its tiers live in one
+// partition (keyed by the coarsest tier) and are reserved in one atomic
+// batch; the principal lives in its own partition. When the principal's
+// quota denies after the source's was reserved, the source reservation is
+// refunded through its receipt, so a fairness denial spends nothing: no
+// family allowance, no quota, and no subject command runs. Between the two
+// steps a concurrent RPC may see the source reservation and be denied — a
+// conservative error, never an over-admission.
+//
+// # Durability
+//
+// Usage counters, stops and quotas live in reserved partitions of the
+// server's own store, under keys naming the UTC day, with TTLs of two days:
+// they survive restarts and expire by the store's own bounded sweep.
+package admission

@@ -1,0 +1,189 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// fairConfig gives one fair family 2,000 commands a day: a source bucket or
+// a principal may spend 100 (1/20), an IPv6 /56 200 (1/10), a /48 or an
+// IPv4 /24 400 (1/5).
+func fairConfig(sw switches) Config {
+	cfg := DefaultConfig()
+	cfg.Total = 2000
+	cfg.Chunk = 16
+	cfg.Fair = []string{DefaultFamily}
+	cfg.switches = sw
+	return cfg
+}
+
+func fairRPC(source, principal string, tiers map[string]string) *wire.Request {
+	r := rpc(DefaultFamily, 1)
+	r.Source, r.Principal, r.SourceTiers = source, principal, tiers
+	return r
+}
+
+// spend sends rpcs from callers concurrently until each caller has been
+// refused with guard_limited and returns the commands admitted in total.
+func spend(t *testing.T, a *Admitter, callers []*wire.Request) int64 {
+	return spendUntil(t, a, callers, wire.CodeLimited)
+}
+
+// spendAny is spend accepting a family stop too: with a check switched
+// off, callers may exhaust the whole family.
+func spendAny(t *testing.T, a *Admitter, callers []*wire.Request) int64 {
+	return spendUntil(t, a, callers, wire.CodeLimited, wire.CodeStopped)
+}
+
+// spendUntil is spend with the refusals expected.
+func spendUntil(t *testing.T, a *Admitter, callers []*wire.Request, refusals ...wire.Code) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r := *c
+				r.OperationID = fmt.Sprint(admitted.Load())
+				err := a.Admit(context.Background(), &r)
+				if err != nil {
+					if !slices.Contains(refusals, code(err)) {
+						t.Errorf("refusal %v, want one of %v", err, refusals)
+					}
+					return
+				}
+				admitted.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
+// checkSharedSource: two processes behind one IPv6 /64 share its 100.
+func checkSharedSource(t *testing.T, sw switches) int64 {
+	fx := newFixture(t)
+	cfg := fairConfig(sw)
+	tiers := map[string]string{wire.TierV6Slash56: "n56", wire.TierV6Slash48: "n48"}
+	one, two := fx.admitter(cfg), fx.admitter(cfg)
+	return spendAny(t, one, []*wire.Request{fairRPC("s64", "", tiers)}) + spendAny(t, two, []*wire.Request{fairRPC("s64", "", tiers)})
+}
+
+// checkPrincipal: one principal across 30 sources gets its 100.
+func checkPrincipal(t *testing.T, sw switches) int64 {
+	fx := newFixture(t)
+	var callers []*wire.Request
+	for i := range 30 {
+		callers = append(callers, fairRPC(fmt.Sprintf("s%d", i), "alice", map[string]string{wire.TierV4Slash24: fmt.Sprintf("n%d", i)}))
+	}
+	return spendAny(t, fx.admitter(fairConfig(sw)), callers)
+}
+
+// checkTiers: 256 distinct /64s inside one /48 (over four /56s) get the
+// /48's 400.
+func checkTiers(t *testing.T, sw switches) int64 {
+	fx := newFixture(t)
+	var callers []*wire.Request
+	for i := range 256 {
+		callers = append(callers, fairRPC(fmt.Sprintf("s64-%d", i), "", map[string]string{
+			wire.TierV6Slash56: fmt.Sprintf("n56-%d", i%4), wire.TierV6Slash48: "n48"}))
+	}
+	return spendAny(t, fx.admitter(fairConfig(sw)), callers)
+}
+
+func TestFairness(t *testing.T) {
+	if got := checkSharedSource(t, switches{}); got != 100 {
+		t.Errorf("two processes on one /64 spent %d, want the source share 100", got)
+	}
+	if got := checkPrincipal(t, switches{}); got != 100 {
+		t.Errorf("one principal over 30 sources spent %d, want the principal share 100", got)
+	}
+	if got := checkTiers(t, switches{}); got != 400 {
+		t.Errorf("256 /64s in one /48 spent %d, want the /48 share 400", got)
+	}
+}
+
+// TestFairnessNegativeControls switches each check off and expects the
+// matching assertion above to fail: the tests can tell.
+func TestFairnessNegativeControls(t *testing.T) {
+	if got := checkSharedSource(t, switches{noSource: true}); got == 100 {
+		t.Error("with source fairness off, the shared /64 still spent exactly its share")
+	}
+	if got := checkPrincipal(t, switches{noPrincipal: true}); got == 100 {
+		t.Error("with principal fairness off, the principal still spent exactly its share")
+	}
+	if got := checkTiers(t, switches{noTiers: true}); got == 400 {
+		t.Error("with the prefix tiers off, the /48 still spent exactly its share")
+	}
+}
+
+func TestUnknownBucketIsShared(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.admitter(fairConfig(switches{}))
+	// A fair family charges an RPC without a source to the unknown bucket,
+	// the same bucket clients name for unspecified or unparsable addresses.
+	got := spend(t, a, []*wire.Request{fairRPC("", "", nil), fairRPC(wire.UnknownSource, "", nil)})
+	if got != 100 {
+		t.Fatalf("missing and unknown sources spent %d, want one shared share of 100", got)
+	}
+}
+
+func TestFairnessDenialSpendsNothing(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := fairConfig(switches{})
+	a := fx.admitter(cfg)
+	// Spend alice's principal share from source s1.
+	if got := spend(t, a, []*wire.Request{fairRPC("s1", "alice", nil)}); got != 100 {
+		t.Fatalf("alice spent %d", got)
+	}
+	// Denials of alice from s2 must not charge s2's source quota…
+	for range 50 {
+		if err := a.Admit(ctx, fairRPC("s2", "alice", nil)); code(err) != wire.CodeLimited {
+			t.Fatalf("alice from s2: %v", err)
+		}
+	}
+	if got := spend(t, a, []*wire.Request{fairRPC("s2", "bob", nil)}); got != 100 {
+		t.Fatalf("s2 kept %d of its 100 after alice's refusals", got)
+	}
+	// …nor the family allowance: 2,000 − 200 spent remain for others.
+	var callers []*wire.Request
+	for i := range 19 {
+		callers = append(callers, fairRPC(fmt.Sprintf("o%d", i), fmt.Sprintf("p%d", i), nil))
+	}
+	// 19 callers could spend 1,900 by their quotas; the family holds 1,800.
+	if got := spendUntil(t, a, callers, wire.CodeLimited, wire.CodeStopped); got != 1800 {
+		t.Fatalf("others spent %d, want the 1800 left of the family allowance", got)
+	}
+}
+
+func TestResetFairnessIsAudited(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	a := fx.admitter(fairConfig(switches{}))
+	tiers := map[string]string{wire.TierV4Slash24: "n24"}
+	if got := spend(t, a, []*wire.Request{fairRPC("s1", "", tiers)}); got != 100 {
+		t.Fatalf("spent %d", got)
+	}
+	rec, err := a.ResetFairness(ctx, "ops@example", ResetRequest{Family: DefaultFamily, Source: "s1", SourceTiers: tiers, Reason: "shared office NAT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Actor != "ops@example" || rec.At != epoch || rec.Reset.Source != "s1" {
+		t.Fatalf("audit record %+v", rec)
+	}
+	if n := fx.logs.count("fairness quota reset"); n != 1 {
+		t.Fatalf("reset logged %d times", n)
+	}
+	if got := spend(t, a, []*wire.Request{fairRPC("s1", "", tiers)}); got != 100 {
+		t.Fatalf("after the reset s1 spent %d, want a fresh 100", got)
+	}
+}
