@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -29,9 +30,10 @@ type Config struct {
 	// Now is the server's clock for signature skew and audit records. Nil
 	// means time.Now.
 	Now func() time.Time
-	// Admitter, if set, runs after the stop fence and before any subject
-	// command of an authenticated, valid RPC (see Admitter).
-	Admitter Admitter
+	// Admission, if set, admits every authenticated, valid RPC after the
+	// stop fence and before any subject command (family budgets, fairness
+	// quotas), and serves the family and fairness operator endpoints.
+	Admission *admission.Admitter
 }
 
 // DefaultConfig returns a configuration with no secrets (so it does not
@@ -70,6 +72,11 @@ func (c Config) Validate() error {
 	}
 	if c.FenceRefresh < 0 {
 		errs = append(errs, fmt.Errorf("fence refresh %s is negative", c.FenceRefresh))
+	}
+	if c.Admission != nil {
+		if err := c.Admission.Err(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -1,19 +1,40 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/wire"
 )
 
 // maxControlBody bounds an operator request body.
 const maxControlBody = 4 << 10
 
-// StopRequest is the optional body of POST /control/stop.
+// StopRequest is the optional body of POST /control/stop and
+// POST /control/resume. Without a family the request acts on the global
+// stop fence; with one, on that family only.
 type StopRequest struct {
+	Family string `json:"family,omitempty"`
 	Reason string `json:"reason,omitempty"`
+}
+
+// ControlState is the body of GET /control/state: the global stop fence and,
+// when admission is on, every family's usage and stop.
+type ControlState struct {
+	FenceState
+	Families []admission.FamilyState `json:"families,omitempty"`
+}
+
+// FairnessResetRequest is the body of POST /control/fairness/reset.
+type FairnessResetRequest struct {
+	admission.ResetRequest
+	// Actor names the person or system making the reset, for the audit
+	// trail. The caller's address is recorded beside it.
+	Actor string `json:"actor"`
 }
 
 // operator wraps an operator endpoint with the bearer-token check.
@@ -32,21 +53,56 @@ func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
+// decodeControl reads an optional, bounded, strict JSON operator body into
+// v. It writes the error answer and returns false on failure.
+func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := wire.ReadBody(r.Body, maxControlBody)
 	if err != nil {
 		writeProblem(w, wire.CodeTooLarge, "operator body over 4 KiB")
-		return
+		return false
 	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return true
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeProblem(w, wire.CodeInvalid, "malformed JSON: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// admissionFor returns the admitter for a family-scoped operator call, or
+// writes an error when admission is off.
+func (s *Server) admissionFor(w http.ResponseWriter, family string) *admission.Admitter {
+	if s.cfg.Admission == nil {
+		writeProblem(w, wire.CodeInvalid, fmt.Sprintf("family %q: admission is not enabled on this server", family))
+		return nil
+	}
+	return s.cfg.Admission
+}
+
+func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
 	var req StopRequest
-	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeProblem(w, wire.CodeInvalid, "malformed JSON: "+err.Error())
-			return
-		}
+	if !decodeControl(w, r, &req) {
+		return
 	}
 	if req.Reason == "" {
 		req.Reason = "operator stop"
+	}
+	if req.Family != "" {
+		adm := s.admissionFor(w, req.Family)
+		if adm == nil {
+			return
+		}
+		if err := adm.StopFamily(r.Context(), req.Family, req.Reason); err != nil {
+			s.writeError(w, err)
+			return
+		}
+		s.log.Warn("operator family stop", "family", req.Family, "reason", req.Reason, "remote", r.RemoteAddr)
+		s.handleState(w, r)
+		return
 	}
 	st := FenceState{Stopped: true, Reason: req.Reason, Since: s.now().UTC()}
 	if err := s.fence.set(r.Context(), st); err != nil {
@@ -54,23 +110,68 @@ func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Warn("operator stop", "reason", st.Reason, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, st)
+	s.handleState(w, r)
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
+	var req StopRequest
+	if !decodeControl(w, r, &req) {
+		return
+	}
+	if req.Family != "" {
+		adm := s.admissionFor(w, req.Family)
+		if adm == nil {
+			return
+		}
+		if err := adm.ResumeFamily(r.Context(), req.Family); err != nil {
+			s.writeError(w, err)
+			return
+		}
+		s.log.Warn("operator family resume", "family", req.Family, "remote", r.RemoteAddr)
+		s.handleState(w, r)
+		return
+	}
 	if err := s.fence.set(r.Context(), FenceState{}); err != nil {
 		s.writeError(w, err)
 		return
 	}
 	s.log.Warn("operator resume", "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, FenceState{})
+	s.handleState(w, r)
 }
 
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
-	st, err := s.fence.get(r.Context())
+	fence, err := s.fence.get(r.Context())
 	if err != nil {
 		s.writeError(w, err)
 		return
 	}
+	st := ControlState{FenceState: fence}
+	if s.cfg.Admission != nil {
+		if st.Families, err = s.cfg.Admission.State(r.Context()); err != nil {
+			s.writeError(w, err)
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) handleFairnessReset(w http.ResponseWriter, r *http.Request) {
+	var req FairnessResetRequest
+	if !decodeControl(w, r, &req) {
+		return
+	}
+	adm := s.admissionFor(w, req.Family)
+	if adm == nil {
+		return
+	}
+	if req.Actor == "" {
+		writeProblem(w, wire.CodeInvalid, "a fairness reset names its actor (who is resetting)")
+		return
+	}
+	rec, err := adm.ResetFairness(r.Context(), req.Actor+" from "+r.RemoteAddr, req.ResetRequest)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
 }

@@ -26,15 +26,6 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// Admitter decides whether an authenticated, valid RPC may run its subject
-// commands. It runs after the stop fence and before any subject command. It
-// returns nil to admit, or an error wrapping wire.ErrStopped,
-// wire.ErrLimited or wire.ErrUnavailable (any other error answers 503
-// guard_unavailable).
-type Admitter interface {
-	Admit(ctx context.Context, req *wire.Request) error
-}
-
 // Server serves the Sluice RPC and operator API over one engine.
 type Server struct {
 	eng      *engine.Engine
@@ -82,14 +73,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 
 func (s *Server) routes() {
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST "+wire.PathRPC, s.handleRPC)
-	s.mux.HandleFunc("GET "+wire.PathPing, s.handlePing)
-	s.mux.HandleFunc("POST "+wire.PathStop, s.operator(s.handleStop))
-	s.mux.HandleFunc("POST "+wire.PathResume, s.operator(s.handleResume))
-	s.mux.HandleFunc("GET "+wire.PathState, s.operator(s.handleState))
-	s.mux.HandleFunc("GET "+wire.PathHealthz, s.handleHealthz)
-	s.mux.HandleFunc("GET "+wire.PathReadyz, s.handleReadyz)
+	allow := map[string]string{} // path → its method, for 405 answers
+	handle := func(method, path string, h http.HandlerFunc) {
+		s.mux.HandleFunc(method+" "+path, h)
+		allow[path] = method
+	}
+	handle(http.MethodPost, wire.PathRPC, s.handleRPC)
+	handle(http.MethodGet, wire.PathPing, s.handlePing)
+	handle(http.MethodPost, wire.PathStop, s.operator(s.handleStop))
+	handle(http.MethodPost, wire.PathResume, s.operator(s.handleResume))
+	handle(http.MethodGet, wire.PathState, s.operator(s.handleState))
+	handle(http.MethodPost, wire.PathFairnessReset, s.operator(s.handleFairnessReset))
+	handle(http.MethodGet, wire.PathHealthz, s.handleHealthz)
+	handle(http.MethodGet, wire.PathReadyz, s.handleReadyz)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if method, ok := allow[r.URL.Path]; ok {
+			if method == http.MethodGet {
+				method += ", " + http.MethodHead
+			}
+			w.Header().Set("Allow", method)
+			writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+			return
+		}
 		writeProblem(w, wire.CodeNotFound, "no such endpoint")
 	})
 }
@@ -135,8 +140,8 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, wire.CodeStopped, "stopped by the operator")
 		return
 	}
-	if s.cfg.Admitter != nil {
-		if err := s.cfg.Admitter.Admit(ctx, req); err != nil {
+	if s.cfg.Admission != nil {
+		if err := s.cfg.Admission.Admit(ctx, req); err != nil {
 			s.writeError(w, err)
 			return
 		}
@@ -218,6 +223,12 @@ func writeProblem(w http.ResponseWriter, code wire.Code, reason string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	if code == wire.CodeStopped || code == wire.CodeUnavailable {
 		w.Header().Set("Retry-After", "30")
+	}
+	if code == wire.CodeTooLarge {
+		// Close the connection: otherwise net/http first drains up to
+		// 256 KiB more of an oversized body, hoping to keep it alive,
+		// before it sends the refusal.
+		w.Header().Set("Connection", "close")
 	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)

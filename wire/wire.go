@@ -21,13 +21,15 @@ const ProtocolVersion = 1
 
 // Paths of the RPC and operator endpoints.
 const (
-	PathRPC     = "/v1/rpc"
-	PathPing    = "/v1/ping"
-	PathStop    = "/control/stop"
-	PathResume  = "/control/resume"
-	PathState   = "/control/state"
-	PathHealthz = "/healthz"
-	PathReadyz  = "/readyz"
+	PathRPC    = "/v1/rpc"
+	PathPing   = "/v1/ping"
+	PathStop   = "/control/stop"
+	PathResume = "/control/resume"
+	PathState  = "/control/state"
+	// PathFairnessReset resets one identity's fairness quotas (audited).
+	PathFairnessReset = "/control/fairness/reset"
+	PathHealthz       = "/healthz"
+	PathReadyz        = "/readyz"
 )
 
 // Headers of a signed request.

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// HTTPConfig bounds what one client can hold of a server: how long it may
+// take to send its headers and its body, how long an answer may take to
+// write, how long an idle keep-alive connection is kept and how large the
+// headers may be. Start from DefaultHTTPConfig.
+type HTTPConfig struct {
+	// ReadHeaderTimeout bounds the time to read a request's headers, so a
+	// client trickling bytes cannot hold a connection.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the time to read a whole request, body included.
+	// A body is at most wire.MaxBody bytes, so it needs little.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds the time from the end of the request headers to
+	// the end of the answer.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds how long an idle keep-alive connection is kept.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and headers.
+	MaxHeaderBytes int
+	// Logger receives the HTTP server's own errors (TLS handshakes,
+	// malformed requests) at warning level. Nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultHTTPConfig returns timeouts of 5 s for headers, 10 s for a whole
+// request, 15 s for an answer and 2 minutes for an idle connection, and
+// 16 KiB of headers.
+func DefaultHTTPConfig() HTTPConfig {
+	return HTTPConfig{
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      15 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+	}
+}
+
+// Validate reports every problem of c at once: every timeout and the header
+// bound must be positive, since zero would mean unbounded.
+func (c HTTPConfig) Validate() error {
+	var errs []error
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"read-header timeout", c.ReadHeaderTimeout},
+		{"read timeout", c.ReadTimeout},
+		{"write timeout", c.WriteTimeout},
+		{"idle timeout", c.IdleTimeout},
+	} {
+		if t.d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %s must be positive", t.name, t.d))
+		}
+	}
+	if c.MaxHeaderBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max header bytes %d must be positive", c.MaxHeaderBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// NewHTTPServer returns an http.Server serving h within the bounds of cfg.
+// The caller sets Addr or passes a listener to Serve, adds a TLSConfig if it
+// serves TLS, and calls Shutdown to drain in-flight requests.
+func NewHTTPServer(h http.Handler, cfg HTTPConfig) (*http.Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}, nil
+}
