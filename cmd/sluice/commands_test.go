@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/wire"
+)
+
+var (
+	testSecret = strings.Repeat("s", 40)
+	testPepper = strings.Repeat("p", 40)
+	testToken  = strings.Repeat("o", 40)
+)
+
+// newTestServer runs a server on a memory store.
+func newTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	st, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{testSecret}, testToken
+	hs := httptest.NewServer(server.New(engine.New(st), cfg))
+	t.Cleanup(func() {
+		hs.Close()
+		st.Close()
+	})
+	return hs
+}
+
+// runSluice runs the command tree with args and env, and returns its
+// standard output and error.
+func runSluice(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCmd(mapEnv(env))
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestControlCommands(t *testing.T) {
+	hs := newTestServer(t)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_OPERATOR_TOKEN": testToken}
+
+	out, err := runSluice(t, env, "control", "stop", "--reason", "maintenance")
+	if err != nil || !strings.HasPrefix(out, "stopped since ") || !strings.Contains(out, "maintenance") {
+		t.Fatalf("stop: %v, %q", err, out)
+	}
+	if out, err := runSluice(t, env, "control", "state"); err != nil || !strings.Contains(out, "maintenance") {
+		t.Errorf("state: %v, %q", err, out)
+	}
+	if out, err := runSluice(t, env, "control", "resume"); err != nil || out != "running\n" {
+		t.Errorf("resume: %v, %q", err, out)
+	}
+	// The flag beats the environment: a wrong token from the flag fails.
+	_, err = runSluice(t, env, "control", "state", "--operator-token", "wrong")
+	if err == nil || !strings.Contains(err.Error(), "401 unauthorized") {
+		t.Errorf("a wrong token: %v", err)
+	}
+}
+
+func TestControlReadsTheTokenFromTheDataDir(t *testing.T) {
+	hs := newTestServer(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, operatorTokenFile), []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runSluice(t, nil, "control", "state", "--url", hs.URL, "--data-dir", dir); err != nil || out != "running\n" {
+		t.Errorf("state: %v, %q", err, out)
+	}
+	_, err := runSluice(t, nil, "control", "state", "--url", hs.URL, "--data-dir", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "no operator token") {
+		t.Errorf("without a token: %v", err)
+	}
+}
+
+func TestHitCommand(t *testing.T) {
+	hs := newTestServer(t)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	args := []string{"hit", "--partition", "user:7", "--limit", "1", "--window", "1m", "--kind", "gcra"}
+
+	out, err := runSluice(t, env, args...)
+	if err != nil || !strings.Contains(out, "allowed      yes") {
+		t.Fatalf("first hit: %v, %q", err, out)
+	}
+	out, err = runSluice(t, env, args...)
+	var exit exitError
+	if !errors.As(err, &exit) || exit.code != exitDenied || !strings.Contains(out, "allowed      no") {
+		t.Errorf("second hit: %v, %q; want a denial with exit status %d", err, out, exitDenied)
+	}
+	if strings.Contains(out, "retry after  0s") {
+		t.Errorf("a denial without a retry-after: %q", out)
+	}
+
+	for _, bad := range [][]string{
+		{"--kind", "leaky"},
+		{"--window", "1500us"},
+		{"--cost", "0"},
+	} {
+		if _, err := runSluice(t, env, append(args, bad...)...); err == nil {
+			t.Errorf("hit %v succeeded", bad)
+		}
+	}
+	if _, err := runSluice(t, env, "hit", "--limit", "1", "--window", "1m"); err == nil || !strings.Contains(err.Error(), "partition") {
+		t.Errorf("hit without a partition: %v", err)
+	}
+}
+
+func TestPing(t *testing.T) {
+	hs := newTestServer(t)
+	out, err := runSluice(t, nil, "ping", "--url", hs.URL)
+	if err != nil || !strings.Contains(out, "protocol  1") || !strings.Contains(out, "ready     yes") {
+		t.Errorf("ping: %v, %q", err, out)
+	}
+}
+
+func TestPingFailsLoudlyOnAProtocolMismatch(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(wire.Ping{Protocol: wire.ProtocolVersion + 1, Version: "future"})
+	}))
+	defer hs.Close()
+	out, err := runSluice(t, nil, "ping", "--url", hs.URL)
+	if err == nil || !strings.Contains(err.Error(), "protocol mismatch") {
+		t.Errorf("ping of a newer server: %v, %q", err, out)
+	}
+}
+
+func TestPingReportsAnUnreadyServer(t *testing.T) {
+	st, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{"short"}, testToken
+	hs := httptest.NewServer(server.New(engine.New(st), cfg))
+	defer hs.Close()
+	out, err := runSluice(t, nil, "ping", "--url", hs.URL)
+	if err == nil || !strings.Contains(err.Error(), "guard_unavailable") || !strings.Contains(out, "ready     no") {
+		t.Errorf("ping of a misconfigured server: %v, %q", err, out)
+	}
+}
+
+func TestServeRefusesAConfigurationItCannotRun(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	_, err := runSluice(t, nil, "serve", "--data-dir", dir, "--fsync", "sometimes", "--addr", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "fsync") {
+		t.Errorf("serve --fsync sometimes: %v", err)
+	}
+	_, err = runSluice(t, map[string]string{"SLUICE_LOG_LEVEL": "loud"}, "serve", "--data-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "log level") {
+		t.Errorf("SLUICE_LOG_LEVEL=loud: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Error("a refused configuration created the data directory")
+	}
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/diskstore"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+func newServeCmd() *cobra.Command {
+	cfg := defaultServeConfig()
+	var secrets, fsync, logLevel string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the Sluice server",
+		Long: `Run the Sluice server: the signed RPC, the operator endpoints and health
+checks, on the embedded durable store.
+
+With no configuration it listens on 127.0.0.1:7420 and keeps everything in
+./sluice-data. On its first start it creates that directory (mode 0700) with a
+signing secret, a key pepper and an operator token (files "secret", "pepper"
+and "operator-token", mode 0600), so it is authenticated from its first
+second; later starts reuse them. --secrets and --operator-token replace the
+files.
+
+A configuration the server can run but must not trust (a secret under 32
+characters, an operator token equal to a secret, no secret at all) does not
+stop it: every RPC is then answered 503 guard_unavailable with the reason.
+SIGINT or SIGTERM drains in-flight requests, then closes the store.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fl := cmd.Flags()
+			if fl.Changed("secrets") {
+				cfg.Secrets, cfg.SecretsSet = splitSecrets(secrets), true
+			}
+			cfg.OperatorTokenSet = fl.Changed("operator-token")
+			cfg.Fsync = diskstore.SyncPolicy(fsync)
+			if err := cfg.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("log level %q (want debug, info, warn or error)", logLevel)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			// After the first signal, a second one ends the process at
+			// once instead of waiting for the drain.
+			context.AfterFunc(ctx, stop)
+			return runServe(ctx, cfg, cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&cfg.Addr, "addr", cfg.Addr, "listening address; a non-loopback address exposes the server (use TLS)")
+	fl.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the credential files and the embedded store")
+	fl.StringVar(&secrets, "secrets", "", "signing secrets, comma-separated, current first (default: the data directory's secret file)")
+	fl.StringVar(&cfg.OperatorToken, "operator-token", "", "bearer token of the operator endpoints (default: the data directory's operator-token file)")
+	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable) or memory (lost on exit)")
+	fl.StringVar(&fsync, "fsync", string(cfg.Fsync), "write-ahead log fsync policy of the disk store: always, interval or never")
+	fl.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period under --fsync interval")
+	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")
+	fl.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate chain; serves HTTPS with --tls-key")
+	fl.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
+	fl.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
+	for name, env := range map[string]string{
+		"addr":             "SLUICE_ADDR",
+		"data-dir":         "SLUICE_DATA_DIR",
+		"secrets":          "SLUICE_SECRETS",
+		"operator-token":   "SLUICE_OPERATOR_TOKEN",
+		"store":            "SLUICE_STORE",
+		"fsync":            "SLUICE_FSYNC",
+		"fsync-interval":   "SLUICE_FSYNC_INTERVAL",
+		"log-level":        "SLUICE_LOG_LEVEL",
+		"log-format":       "SLUICE_LOG_FORMAT",
+		"tls-cert":         "SLUICE_TLS_CERT",
+		"tls-key":          "SLUICE_TLS_KEY",
+		"shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
+	} {
+		bindEnv(fl, name, env)
+	}
+	return cmd
+}
+
+// runServe runs the server of cfg until ctx is done, then drains in-flight
+// requests and closes the store. It logs to stderr.
+func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error) {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid serve configuration: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("loading the TLS key pair: %w", err)
+		}
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	creds, err := resolveCredentials(cfg, log)
+	if err != nil {
+		return err
+	}
+
+	st, err := openStore(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := st.Close(); cerr != nil {
+			log.Error("closing the store", "err", cerr)
+			err = errors.Join(err, fmt.Errorf("closing the store: %w", cerr))
+		}
+	}()
+
+	srv := server.New(engine.New(st), server.Config{
+		Secrets:       creds.Secrets,
+		OperatorToken: creds.OperatorToken,
+		FenceRefresh:  server.DefaultConfig().FenceRefresh,
+		Version:       version(),
+		Logger:        log,
+	})
+	tracker := newRequestTracker()
+	httpCfg := cfg.HTTP
+	httpCfg.Logger = log.With("component", "http")
+	hs, err := server.NewHTTPServer(tracker.wrap(srv), httpCfg)
+	if err != nil {
+		return err
+	}
+	hs.TLSConfig = tlsConfig
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil,
+		"store", cfg.Store, "fsync", cfg.Fsync, "data_dir", absPath(cfg.DataDir))
+	if tlsConfig == nil && !isLoopback(cfg.Addr) {
+		log.Warn("serving plain HTTP beyond loopback: signed requests cannot be replayed, but they can be read; use --tls-cert and --tls-key", "addr", cfg.Addr)
+	}
+
+	served := make(chan error, 1)
+	go func() {
+		if tlsConfig != nil {
+			served <- hs.ServeTLS(ln, "", "")
+		} else {
+			served <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("requests outlived the shutdown timeout; closing their connections", "err", err)
+		_ = hs.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		log.Error("serving", "err", err)
+	}
+	// Connections are closed; wait for any handler still running before
+	// the store goes away under it.
+	tracker.wait()
+	log.Info("stopped")
+	return nil
+}
+
+// resolveCredentials returns the credentials of cfg: those given by flag or
+// environment, and the rest from the data directory, created there on the
+// first start.
+func resolveCredentials(cfg serveConfig, log *slog.Logger) (credentials, error) {
+	var c credentials
+	if err := ensureDataDir(cfg.DataDir, log); err != nil {
+		return c, err
+	}
+	var created []string
+	load := func(name string) ([]string, error) {
+		values, isNew, err := loadOrCreate(cfg.DataDir, name, log)
+		if isNew {
+			created = append(created, name)
+		}
+		return values, err
+	}
+	if cfg.SecretsSet {
+		c.Secrets = cfg.Secrets
+	} else {
+		v, err := load(secretFile)
+		if err != nil {
+			return c, err
+		}
+		c.Secrets = v
+	}
+	peppers, err := load(pepperFile)
+	if err != nil {
+		return c, err
+	}
+	if len(peppers) > 0 {
+		c.Pepper = peppers[0]
+	}
+	if cfg.OperatorTokenSet {
+		c.OperatorToken = cfg.OperatorToken
+	} else {
+		v, err := load(operatorTokenFile)
+		if err != nil {
+			return c, err
+		}
+		// Several lines are kept joined, so the server refuses them as a
+		// token that matches nothing rather than picking one silently.
+		c.OperatorToken = strings.Join(v, "\n")
+	}
+	dir := absPath(cfg.DataDir)
+	if len(created) > 0 {
+		log.Info("created credentials; clients and operators read them from these files",
+			"dir", dir, "files", strings.Join(created, ", "))
+	}
+	log.Info("credentials", "secrets", source(cfg.SecretsSet, filepath.Join(dir, secretFile)),
+		"operator_token", source(cfg.OperatorTokenSet, filepath.Join(dir, operatorTokenFile)),
+		"pepper", filepath.Join(dir, pepperFile))
+	return c, nil
+}
+
+func source(fromFlag bool, file string) string {
+	if fromFlag {
+		return "flag or environment"
+	}
+	return file
+}
+
+// openStore opens the store cfg names.
+func openStore(cfg serveConfig, log *slog.Logger) (engine.Store, error) {
+	switch cfg.Store {
+	case storeMemory:
+		log.Warn("memory store: every quota and record is lost when the process exits")
+		return memstore.New(memstore.DefaultConfig())
+	default:
+		dc := diskstore.DefaultConfig()
+		dc.Dir = filepath.Join(cfg.DataDir, storeDir)
+		dc.Sync, dc.SyncInterval = cfg.Fsync, cfg.FsyncInterval
+		dc.Logger = log.With("component", "diskstore")
+		st, err := diskstore.Open(dc)
+		if err != nil {
+			return nil, fmt.Errorf("opening the disk store in %s: %w", dc.Dir, err)
+		}
+		return st, nil
+	}
+}
+
+// newLogger returns the logger of sluice serve: text or JSON on w.
+func newLogger(w io.Writer, level slog.Level, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == logJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}
+
+// requestTracker counts the requests being handled, so the store is closed
+// only after the last handler using it has returned.
+type requestTracker struct {
+	mu   sync.Mutex
+	n    int
+	idle *sync.Cond // signalled when n drops to zero
+}
+
+func newRequestTracker() *requestTracker {
+	t := &requestTracker{}
+	t.idle = sync.NewCond(&t.mu)
+	return t
+}
+
+// wrap returns h counting its requests.
+func (t *requestTracker) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.mu.Lock()
+		t.n++
+		t.mu.Unlock()
+		defer func() {
+			t.mu.Lock()
+			if t.n--; t.n == 0 {
+				t.idle.Broadcast()
+			}
+			t.mu.Unlock()
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// wait returns once no request is being handled.
+func (t *requestTracker) wait() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for t.n > 0 {
+		t.idle.Wait()
+	}
+}

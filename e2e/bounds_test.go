@@ -1,0 +1,220 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// probe is the counter every bounds request increments first: it reads 1
+// after an accepted request and is absent after a refused one, which shows
+// the refusal came before any command ran.
+const probe = "probe"
+
+// TestBoundsAtAndPastTheLimit sends every bound at its limit, which must
+// run, and one past it, which must be refused before any command runs.
+func TestBoundsAtAndPastTheLimit(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOptions{})
+	incr := func(key string) engine.Command { return engine.Incr(key, 1, hour) }
+
+	for _, tc := range []struct {
+		name  string
+		limit int
+		build func(partition string, n int) wire.Request
+	}{
+		{"steps", engine.MaxSteps, func(p string, n int) wire.Request {
+			steps := []engine.Step{step(p, incr(probe))}
+			for i := 1; i < n; i++ {
+				steps = append(steps, step(p, incr(fmt.Sprint("k", i))))
+			}
+			return request(steps...)
+		}},
+		{"commands in a step", engine.MaxCommandsPerStep, func(p string, n int) wire.Request {
+			cmds := []engine.Command{incr(probe)}
+			for i := 1; i < n; i++ {
+				cmds = append(cmds, incr(fmt.Sprint("k", i)))
+			}
+			return request(step(p, cmds...))
+		}},
+		{"commands in a request", engine.MaxCommands, func(p string, n int) wire.Request {
+			cmds := []engine.Command{incr(probe)}
+			for i := 1; i < n; i++ {
+				cmds = append(cmds, incr(fmt.Sprint("k", i)))
+			}
+			var steps []engine.Step
+			for len(cmds) > 0 {
+				k := min(len(cmds), engine.MaxCommandsPerStep)
+				steps = append(steps, step(p, cmds[:k]...))
+				cmds = cmds[k:]
+			}
+			return request(steps...)
+		}},
+		{"windows in a hit", engine.MaxWindowsPerHit, func(p string, n int) wire.Request {
+			var ws []engine.Window
+			for i := range n {
+				ws = append(ws, engine.Window{Key: fmt.Sprint("w", i), Kind: algo.KindFixed, Limit: 5, WindowMs: hour})
+			}
+			return request(step(p, incr(probe), engine.Hit(1, ws...)))
+		}},
+		{"value bytes", engine.MaxValueBytes, func(p string, n int) wire.Request {
+			return request(step(p, incr(probe), engine.Set("v", strings.Repeat("x", n), hour)))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := unique(t, "at")
+			s.do(t, tc.build(at, tc.limit))
+			if v, _ := s.get(t, at, probe); v != "1" {
+				t.Errorf("at the limit (%d): probe %q, want 1", tc.limit, v)
+			}
+			past := unique(t, "past")
+			p := s.call(t, tc.build(past, tc.limit+1)).problem(t, wire.CodeInvalid)
+			if p.Reason == "" {
+				t.Error("a refusal without a reason")
+			}
+			s.mustBeAbsent(t, past, probe)
+		})
+	}
+
+	day := 24 * hour
+	for _, tc := range []struct {
+		name string
+		ttl  int64
+		ok   bool
+	}{
+		{"ttl 0", 0, false},
+		{"ttl 1 s", engine.MinTTLMs, true},
+		{"ttl 120 d", 120 * day, true},
+		{"ttl 120 d + 1 s", 120*day + 1000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := unique(t, "ttl")
+			r := request(step(p, incr(probe), engine.Set("v", "x", tc.ttl)))
+			if !tc.ok {
+				s.call(t, r).problem(t, wire.CodeInvalid)
+				s.mustBeAbsent(t, p, probe)
+				return
+			}
+			s.do(t, r)
+			ttl := s.do(t, request(step(p, engine.TTL("v")))).Steps[0].Results[0]
+			if !ttl.Found || ttl.TTLMs > tc.ttl || ttl.TTLMs < tc.ttl-10*1000 {
+				t.Errorf("ttl of the record: %+v, want about %d ms", ttl, tc.ttl)
+			}
+		})
+	}
+
+	t.Run("body bytes", func(t *testing.T) {
+		// JSON allows trailing blanks, so a request is padded to the
+		// exact size, and signed with its padding.
+		padded := func(p string, size int) []byte {
+			body := encode(t, request(step(p, incr(probe))))
+			return append(body, bytes.Repeat([]byte(" "), size-len(body))...)
+		}
+		at := unique(t, "at")
+		signedPost(t, s.URL, s.secret(), time.Now().Unix(), padded(at, wire.MaxBody)).response(t)
+		if v, _ := s.get(t, at, probe); v != "1" {
+			t.Errorf("a %d-byte body: probe %q, want 1", wire.MaxBody, v)
+		}
+		past := unique(t, "past")
+		signedPost(t, s.URL, s.secret(), time.Now().Unix(), padded(past, wire.MaxBody+1)).problem(t, wire.CodeTooLarge)
+		s.mustBeAbsent(t, past, probe)
+	})
+}
+
+// TestHugeBodyRefusedWhileSending streams a 100 MB body, chunked and with
+// a Content-Length, over a raw connection and checks that the 413 arrives
+// while the client is still sending. (The server package's tests count the
+// bytes read: at most the bound plus one.)
+func TestHugeBodyRefusedWhileSending(t *testing.T) {
+	t.Parallel()
+	const huge = 100 << 20
+	s := startServer(t, serverOptions{})
+	for _, chunked := range []bool{true, false} {
+		name := "content-length"
+		if chunked {
+			name = "chunked"
+		}
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", s.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			ts := time.Now().Unix()
+			framing := "Transfer-Encoding: chunked"
+			if !chunked {
+				framing = fmt.Sprintf("Content-Length: %d", huge)
+			}
+			fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\n%s: %d\r\n%s: %s\r\n\r\n",
+				wire.PathRPC, s.Addr, framing, wire.HeaderTimestamp, ts, wire.HeaderSignature,
+				wire.Sign([]byte(s.secret()), ts, http.MethodPost, wire.PathRPC, []byte("{")))
+
+			stop := make(chan struct{})
+			sent := make(chan int64, 1)
+			go func() {
+				chunk := bytes.Repeat([]byte("{"), 64<<10)
+				var n int64
+				defer func() { sent <- n }()
+				for n < huge {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var err error
+					if chunked {
+						_, err = fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk)
+					} else {
+						_, err = conn.Write(chunk)
+					}
+					if err != nil {
+						return // the server closed the connection
+					}
+					n += int64(len(chunk))
+				}
+			}()
+
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer while sending: %v", err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			close(stop)
+			conn.Close() // releases a writer blocked on a full socket
+			n := <-sent
+			if resp.StatusCode != http.StatusRequestEntityTooLarge {
+				t.Fatalf("answer %s, want 413", resp.Status)
+			}
+			if n >= huge {
+				t.Errorf("the client sent all %d bytes before the answer", n)
+			}
+			if !resp.Close {
+				t.Error("the connection stays open after the refusal")
+			}
+		})
+	}
+}
+
+// TestHeaderBound sends 64 KiB of headers: the server refuses them with
+// 431 without running the request.
+func TestHeaderBound(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOptions{})
+	p := unique(t, "hdr")
+	req := signedRequest(t, s.URL, s.secret(), time.Now().Unix(), encode(t, request(step(p, engine.Incr(probe, 1, hour)))))
+	req.Header.Set("X-Padding", strings.Repeat("x", 64<<10))
+	if a := send(t, req); a.Status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("answer %d, want 431", a.Status)
+	}
+	s.mustBeAbsent(t, p, probe)
+}

@@ -1,0 +1,7 @@
+// Package e2e holds Sluice's whole-system tests: each starts the real sluice
+// binary (built once per run) on a free loopback port and talks to it over
+// HTTP as a client, an operator or a hostile peer would, restarting it where
+// a property must survive a restart.
+//
+// Run them with go test ./e2e/. They need nothing but the Go toolchain.
+package e2e
