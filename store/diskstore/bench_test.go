@@ -1,0 +1,153 @@
+package diskstore_test
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/store/diskstore"
+)
+
+// The benchmarks run 64 goroutines whatever GOMAXPROCS is, the load the
+// design is measured at: a store's fsync groups only fill with that many
+// writers in flight.
+const benchWriters = 64
+
+func setParallelism(b *testing.B) {
+	b.SetParallelism(max(1, benchWriters/runtime.GOMAXPROCS(0)))
+}
+
+// BenchmarkPebbleCommit is the reference floor: a one-key Pebble batch
+// committed by 64 writers, with the same Pebble options the store uses.
+// Each writer sets its own key so the floor measures the commit pipeline,
+// not one hot key's memtable entry.
+func BenchmarkPebbleCommit(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts *pebble.WriteOptions
+	}{{"sync", pebble.Sync}, {"nosync", pebble.NoSync}} {
+		b.Run(mode.name, func(b *testing.B) {
+			cfg := diskstore.DefaultConfig()
+			db, err := pebble.Open(b.TempDir(), &pebble.Options{
+				CacheSize:          cfg.CacheBytes,
+				MemTableSize:       uint64(cfg.MemTableBytes),
+				FormatMajorVersion: pebble.FormatNewest,
+				Logger:             quietLogger{},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			var writer atomic.Int64
+			b.ReportAllocs()
+			setParallelism(b)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				key := binary.BigEndian.AppendUint64([]byte("k"), uint64(writer.Add(1)))
+				val := make([]byte, 1+8+16) // the size of a fixed window record
+				for pb.Next() {
+					batch := db.NewBatch()
+					_ = batch.Set(key, val, nil)
+					if err := batch.Commit(mode.opts); err != nil {
+						b.Error(err)
+						return
+					}
+					_ = batch.Close()
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+		})
+	}
+}
+
+// BenchmarkHit measures single-window win.hit decisions through the
+// engine, every hit admitted (so every decision is a durable write), on one
+// hot key and spread over 1,000,000 keys, under fsync always and never.
+func BenchmarkHit(b *testing.B) {
+	for _, keys := range []int{1, 1_000_000} {
+		for _, sync := range []diskstore.SyncPolicy{diskstore.SyncAlways, diskstore.SyncNever} {
+			b.Run("keys="+strconv.Itoa(keys)+"/fsync="+string(sync), func(b *testing.B) {
+				benchHit(b, keys, sync)
+			})
+		}
+	}
+}
+
+func benchHit(b *testing.B, keys int, sync diskstore.SyncPolicy) {
+	cfg := diskstore.DefaultConfig()
+	cfg.Dir = b.TempDir()
+	cfg.Sync = sync
+	s, err := diskstore.Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	names := partitionNames(keys)
+	window := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: algo.MaxLimit, WindowMs: 3_600_000}
+
+	b.ReportAllocs()
+	setParallelism(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		var out engine.StepResult
+		cmds := []engine.Command{engine.Hit(1, window)}
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		for pb.Next() {
+			name := names[0]
+			if len(names) > 1 {
+				name = names[rng.IntN(len(names))]
+			}
+			if err := eng.Apply(ctx, name, &out, cmds...); err != nil {
+				b.Error(err)
+				return
+			}
+			if !out.Results[0].Allowed {
+				b.Error("hit denied")
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+var (
+	namesOnce sync.Once
+	manyNames []string
+)
+
+// partitionNames returns n partition names; the million-key set is built
+// once per process.
+func partitionNames(n int) []string {
+	if n == 1 {
+		return []string{"hot"}
+	}
+	namesOnce.Do(func() {
+		manyNames = make([]string, 1_000_000)
+		for i := range manyNames {
+			manyNames[i] = "p" + strconv.Itoa(i)
+		}
+	})
+	return manyNames[:n]
+}
+
+// quietLogger discards Pebble's messages.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic("pebble: fatal: " + format)
+}

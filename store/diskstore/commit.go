@@ -1,0 +1,213 @@
+package diskstore
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Batches on one partition are combined into rounds. A caller queues its
+// batch on the partition; the one that finds no round in progress leads
+// the next: it takes every batch queued so far, evaluates them in order
+// against the partition's records (each seeing the writes of those before
+// it), commits all their writes in one Pebble batch, applies them to
+// memory, and hands the lead to the first batch queued meanwhile. Then it
+// waits for the round's fsync and releases the round's other callers.
+//
+// A hot partition thus costs one Pebble commit and one hand-over per round
+// rather than per batch, and while one round waits for its fsync the next
+// is already being evaluated. Atomicity per batch is unchanged: a batch's
+// writes are all in its round's Pebble batch or none are.
+
+// request is one Apply on its way through a round.
+type request struct {
+	b   *engine.Batch
+	out *engine.StepResult
+	w   *worker
+	// err is the batch's own outcome (an invalid command, a conflicting
+	// operation id) or its round's failure to commit.
+	err error
+	// round is the round that ran the batch; nil if the round failed
+	// before evaluating it.
+	round *round
+	// wake tells a queued caller that its round has run (false) or that it
+	// leads the next round (true).
+	wake chan bool
+}
+
+// round is one leader's round: what its callers wait for after it ran.
+type round struct {
+	pb      *pebble.Batch // awaiting its fsync; nil if there is none to wait for
+	barrier bool          // wrote nothing but read state not yet fsynced
+	durable sync.WaitGroup
+	err     error        // the fsync's failure, set before durable is released
+	refs    atomic.Int32 // callers still to read err
+}
+
+// run takes r through a round on p and returns its outcome.
+func (s *Store) run(p *partition, r *request) error {
+	p.qmu.Lock()
+	if !p.leading {
+		p.leading = true
+		p.qmu.Unlock()
+		s.lead(p, r, false)
+	} else {
+		p.queue = append(p.queue, r)
+		p.qmu.Unlock()
+		if <-r.wake {
+			s.lead(p, r, true)
+		}
+	}
+	rd := r.round
+	if rd == nil {
+		return r.err
+	}
+	rd.durable.Wait()
+	err := r.err
+	if err == nil {
+		err = rd.err
+	}
+	if rd.refs.Add(-1) == 0 {
+		if rd.pb != nil {
+			_ = rd.pb.Close()
+		}
+		*rd = round{}
+		s.rounds.Put(rd)
+	}
+	return err
+}
+
+// lead runs one round on p, with me and the batches queued so far (me
+// first among them if queued), hands the lead on, and makes the round
+// durable.
+func (s *Store) lead(p *partition, me *request, queued bool) {
+	w := me.w
+	w.reqs = w.reqs[:0]
+	if !queued {
+		w.reqs = append(w.reqs, me)
+	}
+	p.qmu.Lock()
+	w.reqs = append(w.reqs, p.queue...)
+	clear(p.queue)
+	p.queue = p.queue[:0]
+	p.qmu.Unlock()
+
+	rd := s.round(p, w)
+
+	p.qmu.Lock()
+	var next *request
+	if len(p.queue) > 0 {
+		next = p.queue[0]
+	} else {
+		p.leading = false
+	}
+	p.qmu.Unlock()
+	if next != nil {
+		next.wake <- true
+	}
+	for _, r := range w.reqs {
+		r.round = rd
+		if r != me {
+			r.wake <- false
+		}
+	}
+	clear(w.reqs)
+	if rd == nil {
+		return
+	}
+	switch {
+	case rd.pb != nil:
+		err := rd.pb.SyncWait()
+		p.unsynced.Add(-1)
+		if err != nil {
+			rd.err = s.fail(err)
+		}
+	case rd.barrier:
+		rd.err = s.syncLog()
+	}
+	rd.durable.Done()
+}
+
+// round evaluates w.reqs on p, commits their writes and applies them to
+// memory. It returns nil if the partition could not be loaded, with every
+// request's err set.
+func (s *Store) round(p *partition, w *worker) *round {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.loaded.Load() {
+		if err := s.load(p); err != nil {
+			for _, r := range w.reqs {
+				r.err = err
+			}
+			return nil
+		}
+	}
+	now := engine.UnixMilli(s.clock)
+	p.lastUsed.Store(now)
+	view := &w.view
+	view.p, w.writes = p, w.writes[:0]
+	for _, r := range w.reqs {
+		view.writes = w.writes
+		writes, err := r.w.exec.Run(view, now, r.b, r.out)
+		r.err = err
+		if err == nil {
+			// The writes point into r's executor, which r holds until
+			// its Apply returns.
+			w.writes = append(w.writes, writes...)
+		}
+	}
+	view.p, view.writes = nil, nil
+	rd := s.rounds.Get().(*round)
+	rd.refs.Store(int32(len(w.reqs)))
+	rd.durable.Add(1)
+	if len(w.writes) == 0 {
+		rd.barrier = s.always && p.unsynced.Load() > 0
+		return rd
+	}
+
+	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
+	pb := s.db.NewBatch()
+	w.encode(pb, p, w.writes)
+	var err error
+	if s.always {
+		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
+	} else {
+		err = s.db.Apply(pb, pebble.NoSync)
+		_ = pb.Close()
+	}
+	if err != nil {
+		// Every batch of the round read state that was never committed.
+		for _, r := range w.reqs {
+			r.err = unavailable(err)
+		}
+		clear(w.writes)
+		return rd
+	}
+	p.apply(w.writes)
+	clear(w.writes) // drop the references into the executors' buffers
+	if s.always {
+		rd.pb = pb
+		p.unsynced.Add(1)
+	}
+	return rd
+}
+
+// roundView is what a batch of a round reads: the writes of the batches
+// before it in the round over the partition's records.
+type roundView struct {
+	p      *partition
+	writes []engine.Write
+}
+
+// Get returns the record at key. See engine.View.
+func (v *roundView) Get(key string) (engine.Record, bool) {
+	for i := len(v.writes) - 1; i >= 0; i-- {
+		if w := &v.writes[i]; w.Key == key {
+			return w.Rec, !w.Delete
+		}
+	}
+	return v.p.recs.get(key)
+}

@@ -1,0 +1,90 @@
+// Package diskstore is Sluice's embedded durable store: the default behind
+// `sluice serve`, and the store to use in a single process whose quotas must
+// survive a restart. It keeps hot partitions in memory, writes every change
+// through to Pebble (github.com/cockroachdb/pebble/v2) in the same batch as
+// its replay record, and answers only once the write is in Pebble's
+// write-ahead log. A restart never hands out a fresh allowance.
+//
+// For a quota shared by several machines use the Redis store; for tests
+// and quotas that may be forgotten, memstore.
+//
+// # Durability
+//
+// Config.Sync decides when the write-ahead log is fsynced, and so what an
+// acknowledged batch survives:
+//
+//	policy     answer after                  kill -9 loses              power loss loses
+//	always     the log record is fsynced     nothing acknowledged       nothing acknowledged
+//	interval   the record is in Pebble's     the last SyncInterval of   the same
+//	           log buffer; fsync every       acknowledged batches
+//	           SyncInterval
+//	never      the record is in Pebble's     what Pebble had not yet    also what the OS had
+//	           log buffer                    written to the OS          not written back
+//
+// The default is always. Pebble's commit pipeline shares one fsync among
+// every batch waiting for one, so with many callers in flight always costs
+// little: on a two-core machine with 64 writers the store runs at about
+// Pebble's own synced group-commit rate (see bench_test.go and
+// docs/decisions/0001-embedded-engine.md). Choose interval or never only
+// for quotas whose loss on a crash is acceptable; never loses acknowledged
+// batches even to a process crash, because Pebble writes its log to the
+// operating system a 32 KiB block at a time.
+//
+// # Batches
+//
+// Each batch is evaluated by engine.Executor against its partition's
+// records in memory; its writes (record rows, their expiry index entries,
+// deletes and the replay record) go to Pebble in one pebble.Batch, and only
+// once Pebble has accepted that batch are they applied to memory, so a
+// batch Pebble refuses changes nothing.
+//
+// Batches that arrive on a partition while another is being run are
+// combined into the next round: one caller evaluates them all in arrival
+// order, each seeing the writes of those before it, and commits them in one
+// Pebble batch (see commit.go). Under the always policy the next round
+// starts as soon as Pebble has sequenced this one in its log, before the
+// fsync, and the callers wait for the fsync after: a hot partition costs
+// one Pebble commit per round, not per batch, and its rounds share fsyncs.
+// No answer rests on state a crash could lose: the log is fsynced in
+// order, so a batch that read an earlier batch's writes is durable only
+// after them, and a round that writes nothing (denials, reads, replayed
+// results) but saw unsynced state waits for that state's fsync.
+//
+// If an fsync fails, memory is ahead of the disk and Pebble's log refuses
+// every later write: the store fails stop. Every later call returns an
+// error wrapping engine.ErrUnavailable, and reopening the directory
+// recovers exactly what reached the disk.
+//
+// # Memory
+//
+// At most Config.MaxResident partitions are held in memory (about 170 bytes
+// for a partition of one record, so the default of 1,048,576 holds about
+// 180 MiB); past it the least recently used idle partition is evicted, and
+// a partition idle for Config.IdleTimeout is evicted by the background
+// loop. An evicted partition is reloaded with one prefix scan on its next
+// batch. A fixed 4 MiB Bloom filter of the partitions that have rows on
+// disk lets a partition never written skip that scan.
+//
+// # Expiry
+//
+// Expired records read as absent at once (the Executor ignores them). A
+// background sweep every Config.SweepInterval deletes up to
+// Config.SweepLimit (at most 1,000) expired records, oldest expiry first,
+// from disk and memory; it locks each partition and checks each record's
+// expiry again before deleting it, so a partition nobody touches shrinks to
+// nothing on disk. The sweep's deletes are not fsynced: one lost to a crash
+// is redone by a later pass.
+//
+// # Time
+//
+// The store's clock (Config.Clock, the system clock by default) is the only
+// time authority: each batch reads it once, under its partition's lock.
+// Idle eviction and the sweep use it too.
+//
+// # On-disk format
+//
+// The key layout is described in layout.go. A format version is written
+// when a store is created and checked when it is opened; a directory of
+// another version, or a Pebble database that is not a store, is refused
+// with an error wrapping ErrFormat.
+package diskstore

@@ -1,0 +1,239 @@
+package diskstore
+
+import (
+	"bytes"
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// partition is the in-memory copy of one partition's records. Once loaded
+// it mirrors the partition's rows on disk exactly, expired rows included,
+// so a batch knows each record's current expiry index entry. It implements
+// engine.View.
+type partition struct {
+	mu     sync.Mutex // held by the round in progress (and the sweep)
+	name   string
+	hash   uint64      // of name, with the store's seed
+	recs   records     // guarded by mu
+	loaded atomic.Bool // written under mu
+
+	// pins counts the callers using the partition; a pinned partition is
+	// never evicted. It is incremented under the shard's lock.
+	pins atomic.Int32
+	// unsynced counts the batches applied to recs whose log record is not
+	// yet fsynced (SyncAlways only).
+	unsynced atomic.Int32
+	// lastUsed is the store-clock instant of the last batch, in Unix ms.
+	lastUsed atomic.Int64
+
+	prev, next *partition // the shard's recency list, guarded by its lock
+
+	qmu     sync.Mutex
+	queue   []*request // batches waiting for the next round
+	leading bool       // a round is in progress or about to start
+}
+
+// Get returns the record at key. See engine.View.
+func (p *partition) Get(key string) (engine.Record, bool) { return p.recs.get(key) }
+
+// apply copies committed writes into memory.
+func (p *partition) apply(writes []engine.Write) {
+	for i := range writes {
+		w := &writes[i]
+		if w.Delete {
+			p.recs.del(w.Key)
+			continue
+		}
+		rec := w.Rec
+		if old, exists := p.recs.get(w.Key); exists && cap(old.Data) >= len(rec.Data) {
+			// Reuse the record's buffer: the hot path allocates nothing.
+			// (A write may alias the old buffer; copy handles overlap.)
+			rec.Data = old.Data[:len(rec.Data)]
+			copy(rec.Data, w.Rec.Data)
+		} else {
+			rec.Data = append([]byte(nil), rec.Data...)
+		}
+		p.recs.set(w.Key, rec)
+	}
+}
+
+// shard is one of the store's partition maps with its recency list, most
+// recently used first.
+type shard struct {
+	mu    sync.Mutex
+	parts map[string]*partition
+	lru   partition // sentinel: lru.next is the most recent, lru.prev the least
+	_     [64]byte  // keep neighbouring shards' locks off one cache line
+}
+
+func (sh *shard) init() {
+	sh.parts = make(map[string]*partition)
+	sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
+}
+
+func (sh *shard) pushFront(p *partition) {
+	p.prev, p.next = &sh.lru, sh.lru.next
+	p.prev.next, p.next.prev = p, p
+}
+
+func (sh *shard) unlink(p *partition) {
+	p.prev.next, p.next.prev = p.next, p.prev
+	p.prev, p.next = nil, nil
+}
+
+func (sh *shard) remove(p *partition) {
+	sh.unlink(p)
+	delete(sh.parts, p.name)
+}
+
+func (s *Store) shard(hash uint64) *shard { return &s.shards[hash%shardCount] }
+
+// pin returns the partition named name, creating an unloaded one if it is
+// not resident, marks it most recently used and pins it; the caller
+// unpins it with p.pins.Add(-1). Creating a partition may evict the least
+// recently used idle ones of the shard.
+func (s *Store) pin(name string) *partition {
+	hash := maphash.String(s.seed, name)
+	sh := s.shard(hash)
+	sh.mu.Lock()
+	p := sh.parts[name]
+	if p == nil {
+		p = &partition{name: strings.Clone(name), hash: hash}
+		sh.parts[p.name] = p
+		sh.pushFront(p)
+		p.pins.Add(1)
+		if over := len(sh.parts) - s.perShard; over > 0 {
+			s.evictLRU(sh, over)
+		}
+	} else {
+		if sh.lru.next != p {
+			sh.unlink(p)
+			sh.pushFront(p)
+		}
+		p.pins.Add(1)
+	}
+	sh.mu.Unlock()
+	return p
+}
+
+// evictLRU evicts up to n unpinned partitions from the cold end of sh,
+// looking at no more than n+8 of them. A pinned partition is skipped: the
+// shard may briefly exceed its share while every cold partition is in use.
+func (s *Store) evictLRU(sh *shard, n int) {
+	p := sh.lru.prev
+	for budget := n + 8; n > 0 && budget > 0 && p != &sh.lru; budget-- {
+		prev := p.prev
+		if p.pins.Load() == 0 {
+			sh.remove(p)
+			n--
+		}
+		p = prev
+	}
+}
+
+// evictIdle evicts the unpinned partitions of every shard not used since
+// before cutoff, at most limit per shard per call so no shard lock is held
+// long.
+func (s *Store) evictIdle(cutoff int64, limit int) (evicted int) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		p := sh.lru.prev
+		for n := 0; n < limit && p != &sh.lru && p.lastUsed.Load() < cutoff; n++ {
+			prev := p.prev
+			if p.pins.Load() == 0 {
+				sh.remove(p)
+				evicted++
+			}
+			p = prev
+		}
+		sh.mu.Unlock()
+	}
+	return evicted
+}
+
+// unpinShell unpins p and, if no batch loaded it meanwhile, removes it from
+// its shard: the sweep pins partitions without loading them.
+func (s *Store) unpinShell(p *partition) {
+	sh := s.shard(p.hash)
+	sh.mu.Lock()
+	if p.pins.Add(-1) == 0 && !p.loaded.Load() && sh.parts[p.name] == p {
+		sh.remove(p)
+	}
+	sh.mu.Unlock()
+}
+
+// Resident returns the number of partitions held in memory.
+func (s *Store) Resident() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.parts)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// load reads p's records from disk with one prefix scan, unless the
+// presence filter shows it has none. The caller holds p.mu.
+func (s *Store) load(p *partition) error {
+	if !s.present.mayContain(p.hash) {
+		p.loaded.Store(true)
+		return nil
+	}
+	prefix := appendPartitionPrefix(nil, p.name)
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return unavailable(err)
+	}
+	var recs records
+	for ok := iter.First(); ok; ok = iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return unavailable(err)
+		}
+		rec, err := decodeValue(v)
+		if err != nil {
+			_ = iter.Close()
+			return err
+		}
+		rec.Data = append([]byte(nil), rec.Data...)
+		recs.set(string(iter.Key()[len(prefix):]), rec)
+	}
+	if err := iter.Close(); err != nil {
+		return unavailable(err)
+	}
+	p.recs = recs
+	p.loaded.Store(true)
+	return nil
+}
+
+// fillPresence adds every partition with rows on disk to the presence
+// filter, reading the record keys in order.
+func (s *Store) fillPresence() error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}})
+	if err != nil {
+		return unavailable(err)
+	}
+	var last []byte
+	for ok := iter.First(); ok; ok = iter.Next() {
+		p, _, err := parseRecordKey(iter.Key())
+		if err != nil {
+			_ = iter.Close()
+			return err
+		}
+		if !bytes.Equal(p, last) {
+			last = append(last[:0], p...)
+			s.present.add(maphash.Bytes(s.seed, p))
+		}
+	}
+	return unavailable(iter.Close())
+}

@@ -1,0 +1,303 @@
+package diskstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// shardCount is the number of independently locked partition maps. It only
+// spreads lock contention on the map; each partition has its own lock.
+const shardCount = 64
+
+// Store is the embedded durable store. It is safe for concurrent use.
+type Store struct {
+	db     *pebble.DB
+	cfg    Config
+	clock  engine.Clock
+	log    *slog.Logger
+	always bool // Config.Sync == SyncAlways
+
+	seed     maphash.Seed
+	shards   [shardCount]shard
+	perShard int // resident partitions per shard before eviction
+
+	workers  sync.Pool // *worker
+	requests sync.Pool // *request
+	rounds   sync.Pool // *round
+	present  *presence
+
+	// gate is held shared by every Apply and exclusively by Close, so Close
+	// waits for the batches in flight before it closes Pebble.
+	gate   sync.RWMutex
+	closed atomic.Bool
+	// failed holds the error that made the store unusable: a write-ahead
+	// log fsync that failed after the batch's partition had moved on.
+	failed atomic.Pointer[error]
+
+	closeOnce sync.Once
+	closeErr  error
+	done      chan struct{}
+	bg        sync.WaitGroup
+}
+
+// worker holds the buffers one Apply needs; workers are pooled so that a
+// steady stream of batches allocates nothing.
+type worker struct {
+	exec   engine.Executor
+	rk     []byte // a record's Pebble key
+	xk     []byte // an expiry index key
+	val    []byte // a record's Pebble value
+	reqs   []*request
+	writes []engine.Write // a round's writes, in order
+	view   roundView
+	last   map[string]int // a large round's last write of each key
+}
+
+// Open opens (creating if needed) the store in cfg.Dir. It refuses a
+// directory of another on-disk format version with an error wrapping
+// ErrFormat.
+func Open(cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		always:   cfg.Sync == SyncAlways,
+		seed:     maphash.MakeSeed(),
+		perShard: max(1, cfg.MaxResident/shardCount),
+		done:     make(chan struct{}),
+		present:  newPresence(),
+	}
+	if s.clock == nil {
+		s.clock = engine.SystemClock{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.workers.New = func() any { return new(worker) }
+	s.requests.New = func() any { return &request{wake: make(chan bool, 1)} }
+	s.rounds.New = func() any { return new(round) }
+	for i := range s.shards {
+		s.shards[i].init()
+	}
+
+	db, err := pebble.Open(cfg.Dir, s.pebbleOptions())
+	if err != nil {
+		return nil, fmt.Errorf("%w: diskstore: opening %s: %w", engine.ErrUnavailable, cfg.Dir, err)
+	}
+	s.db = db
+	if err := s.checkFormat(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if err := s.fillPresence(); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	s.bg.Add(1)
+	go s.background()
+	return s, nil
+}
+
+func (s *Store) pebbleOptions() *pebble.Options {
+	return &pebble.Options{
+		FS:                 s.cfg.FS,
+		CacheSize:          s.cfg.CacheBytes,
+		MemTableSize:       uint64(s.cfg.MemTableBytes),
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{s.log},
+	}
+}
+
+// checkFormat writes the format version into a new store and checks it in
+// an existing one.
+func (s *Store) checkFormat() error {
+	v, closer, err := s.db.Get(formatKey)
+	switch {
+	case err == nil:
+		version, derr := decodeFormat(v)
+		_ = closer.Close()
+		if derr != nil {
+			return derr
+		}
+		if version != formatVersion {
+			return fmt.Errorf("%w: %s holds format version %d; this build reads version %d", ErrFormat, s.cfg.Dir, version, formatVersion)
+		}
+		return nil
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("%w: diskstore: reading the format version: %w", engine.ErrUnavailable, err)
+	}
+	iter, err := s.db.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
+	}
+	empty := !iter.First()
+	if err := iter.Close(); err != nil {
+		return fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
+	}
+	if !empty {
+		return fmt.Errorf("%w: %s holds data but no format version", ErrFormat, s.cfg.Dir)
+	}
+	if err := s.db.Set(formatKey, encodeFormat(formatVersion), pebble.Sync); err != nil {
+		return fmt.Errorf("%w: diskstore: writing the format version: %w", engine.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Apply runs b atomically on its partition. See engine.Store.
+//
+// Batches on one partition are run in rounds (see commit.go): the caller
+// that finds the partition idle leads a round, evaluating every batch that
+// has queued meanwhile, in arrival order, against the partition's records
+// in memory; their writes go to Pebble in one batch and only then to
+// memory, so a round Pebble refuses changes nothing. Under SyncAlways the
+// next round starts as soon as Pebble has sequenced this one in its log,
+// and every batch of a round is answered once the log is fsynced; a round
+// that wrote nothing but read state not yet fsynced waits for that fsync
+// too, so no answer ever rests on state a crash could lose.
+//
+// Apply does not observe ctx once it has queued its batch: a commit in
+// flight cannot be abandoned.
+func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed.Load() {
+		return engine.ErrClosed
+	}
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := s.pin(b.Partition)
+	defer p.pins.Add(-1)
+	r := s.requests.Get().(*request)
+	r.b, r.out, r.w = b, out, s.workers.Get().(*worker)
+	err := s.run(p, r)
+	s.workers.Put(r.w)
+	*r = request{wake: r.wake}
+	s.requests.Put(r)
+	return err
+}
+
+// encode writes the Pebble form of writes on partition p into pb: each
+// record's row, and its expiry index entry where the expiry changed. Only
+// the last write of a key counts; p.recs must not yet hold any of writes.
+func (w *worker) encode(pb *pebble.Batch, p *partition, writes []engine.Write) {
+	// A round of many batches finds each key's last write with a map; the
+	// usual handful of writes, by scanning.
+	large := len(writes) > 16
+	if large {
+		if w.last == nil {
+			w.last = make(map[string]int)
+		}
+		clear(w.last)
+		for i := range writes {
+			w.last[writes[i].Key] = i
+		}
+	}
+	for i := range writes {
+		wr := &writes[i]
+		if large && w.last[wr.Key] != i || !large && rewritten(writes, i) {
+			continue
+		}
+		w.rk = appendRecordKey(w.rk[:0], p.name, wr.Key)
+		old, had := p.recs.get(wr.Key)
+		if had && (wr.Delete || old.ExpireAt != wr.Rec.ExpireAt) {
+			w.xk = appendExpiryKey(w.xk[:0], old.ExpireAt, w.rk)
+			_ = pb.Delete(w.xk, nil)
+		}
+		if wr.Delete {
+			if had {
+				_ = pb.Delete(w.rk, nil)
+			}
+			continue
+		}
+		w.val = appendValue(w.val[:0], &wr.Rec)
+		_ = pb.Set(w.rk, w.val, nil)
+		if !had || old.ExpireAt != wr.Rec.ExpireAt {
+			w.xk = appendExpiryKey(w.xk[:0], wr.Rec.ExpireAt, w.rk)
+			_ = pb.Set(w.xk, nil, nil)
+		}
+	}
+}
+
+// rewritten reports whether a later write in writes touches the key of
+// writes[i].
+func rewritten(writes []engine.Write, i int) bool {
+	for j := i + 1; j < len(writes); j++ {
+		if writes[j].Key == writes[i].Key {
+			return true
+		}
+	}
+	return false
+}
+
+// syncLog waits until everything Pebble has sequenced so far is fsynced.
+func (s *Store) syncLog() error {
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
+// fail records err as the reason the store can no longer serve and returns
+// it wrapped in engine.ErrUnavailable. A failed fsync leaves memory ahead of
+// the disk (the partitions have already moved on), and Pebble's log refuses
+// every later write, so the store answers nothing more: reopening it
+// recovers exactly what reached the disk.
+func (s *Store) fail(err error) error {
+	err = fmt.Errorf("%w: diskstore: write-ahead log: %w", engine.ErrUnavailable, err)
+	if s.failed.CompareAndSwap(nil, &err) {
+		s.log.Error("diskstore: write-ahead log failed; the store answers nothing more until reopened", "err", err)
+	}
+	return err
+}
+
+func (s *Store) failure() error {
+	if e := s.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
+}
+
+// Close stops the background work, waits for the batches in flight, fsyncs
+// the write-ahead log and closes Pebble. It is idempotent; every later
+// Apply returns engine.ErrClosed.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.gate.Lock()
+		close(s.done)
+		s.bg.Wait()
+		var err error
+		if s.failure() == nil {
+			err = s.db.LogData(nil, pebble.Sync)
+		}
+		err = errors.Join(err, s.db.Close())
+		s.gate.Unlock()
+		if err != nil {
+			s.closeErr = unavailable(err)
+		}
+	})
+	return s.closeErr
+}
