@@ -318,3 +318,51 @@ func TestOperatorStopAndResume(t *testing.T) {
 		t.Fatalf("after resume: %v", err)
 	}
 }
+
+// TestOperatorStopOutlivesTheLongestTTL: an operator stop holds until
+// resumed, past the 120-day lifetime of any record, as long as the server
+// reads it now and then.
+func TestOperatorStopOutlivesTheLongestTTL(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(100)
+	a := fx.admitter(cfg)
+	if err := a.StopFamily(ctx, DefaultFamily, "indefinitely"); err != nil {
+		t.Fatal(err)
+	}
+	for day := 1; day <= 200; day += 30 {
+		fx.clock.Advance(30 * 24 * time.Hour)
+		b := fx.admitter(cfg) // a fresh server: no cached stop
+		if err := b.Admit(ctx, rpc(DefaultFamily, 1)); code(err) != wire.CodeStopped {
+			t.Fatalf("after %d days: %v, want guard_stopped", day+29, err)
+		}
+	}
+}
+
+// TestNoSpuriousRefusalUnderContention: while the allowance is far from
+// spent, concurrent admissions are never refused, even when other callers
+// take a freshly leased chunk before the caller that leased it.
+func TestNoSpuriousRefusalUnderContention(t *testing.T) {
+	fx := newFixture(t)
+	cfg := smallConfig(1_000_000)
+	cfg.Chunk = 1 // every lease is taken at once by whoever is fastest
+	a := fx.admitter(cfg)
+	var mu sync.Mutex
+	var refusals []error
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 200 {
+				if err := a.Admit(context.Background(), rpc(DefaultFamily, 1)); err != nil {
+					mu.Lock()
+					refusals = append(refusals, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(refusals) != 0 {
+		t.Fatalf("%d of 12,800 admissions refused with 987,200 commands left; first: %v", len(refusals), refusals[0])
+	}
+}

@@ -82,7 +82,7 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 	for name, n := range allowances {
 		sh := cfg.Shares
 		if fs, ok := cfg.FamilyShares[name]; ok {
-			sh = fs
+			sh = fs.over(cfg.Shares)
 		}
 		f := &family{name: name, allowance: n, shares: sh.withDefaults()}
 		for _, fair := range cfg.Fair {
@@ -200,18 +200,20 @@ func (a *Admitter) spend(ctx context.Context, f *family, day, n int64) error {
 		f.left.Store(0)
 		f.day.Store(day)
 	}
-	if f.take(day, n) {
-		return nil
-	}
-	need := n - f.left.Load()
-	got, remaining, err := a.lease(ctx, f, day, max(a.cfg.Chunk, need), need)
-	if err != nil {
-		return err
-	}
-	f.left.Add(got)
-	a.maybeWarn(ctx, f, day, remaining)
-	if !f.take(day, n) {
-		return a.exhausted(ctx, f, day, n)
+	// Callers on the lock-free fast path may take a fresh chunk before
+	// this caller does: lease again until it gets its commands or the
+	// allowance runs out.
+	for !f.take(day, n) {
+		need := max(n-f.left.Load(), 1)
+		got, remaining, err := a.lease(ctx, f, day, max(a.cfg.Chunk, need), need)
+		if err != nil {
+			return err
+		}
+		if got == 0 {
+			return a.exhausted(ctx, f, day, n)
+		}
+		f.left.Add(got)
+		a.maybeWarn(ctx, f, day, remaining)
 	}
 	return nil
 }
@@ -310,11 +312,20 @@ func (a *Admitter) stopState(ctx context.Context, f *family, day int64) (stopCac
 		return c, nil
 	}
 	var out engine.StepResult
-	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out, engine.Get(operatorStopKey), engine.Get(stopKey(day))); err != nil {
+	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out,
+		engine.Get(operatorStopKey), engine.Get(stopKey(day)), engine.TTL(operatorStopKey)); err != nil {
 		return stopCache{}, err
 	}
+	// An operator stop holds until resumed: like the global stop fence, its
+	// record is renewed whenever less than half of its lifetime is left.
+	if out.Results[0].Found && out.Results[2].TTLMs < engine.MaxTTLMs/2 {
+		var renewed engine.StepResult
+		if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &renewed, engine.Expire(operatorStopKey, engine.MaxTTLMs)); err != nil {
+			return stopCache{}, err
+		}
+	}
 	c := stopCache{day: day, loaded: now, valid: true}
-	for i, r := range out.Results {
+	for i, r := range out.Results[:2] {
 		if !r.Found {
 			continue
 		}

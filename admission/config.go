@@ -82,7 +82,8 @@ type Config struct {
 	// families charge the identities an RPC carries, if any.
 	Fair []string
 	// Shares are the fairness shares of every family; FamilyShares
-	// overrides them per family.
+	// overrides them per family, axis by axis: an axis a family's Shares
+	// leave zero takes its value from Shares (and then the default).
 	Shares       Shares
 	FamilyShares map[string]Shares
 	// Chunk is how many commands a server leases from a family's durable
@@ -103,6 +104,18 @@ type Config struct {
 	// switches lets tests of the tests turn single checks off; it is set
 	// only from this package's tests.
 	switches switches
+	// problems were met while building the configuration (AddProblem).
+	problems []error
+}
+
+// AddProblem records a problem met while building c, such as a malformed
+// flag. Validate reports it with the others, so an Admitter built from c
+// refuses every RPC with the reason instead of running on a default the
+// operator did not choose.
+func (c *Config) AddProblem(err error) {
+	if err != nil {
+		c.problems = append(c.problems, err)
+	}
 }
 
 type switches struct {
@@ -134,7 +147,7 @@ func (c Config) Validate() error {
 // with the rest of Total shared equally by the families it leaves out (or
 // by all families when there is no split).
 func (c Config) Allowances() (map[string]int64, error) {
-	var errs []error
+	errs := append([]error(nil), c.problems...)
 	if c.Total < 1 {
 		errs = append(errs, fmt.Errorf("daily budget %d must be positive", c.Total))
 	}

@@ -40,8 +40,9 @@ type Client struct {
 	s *shared
 
 	family    string
-	source    string // hashed; empty when unset
-	principal string // hashed; empty when unset
+	source    string            // hashed, or UnknownSource; empty when unset
+	tiers     map[string]string // hashed prefix tiers of source; never modified
+	principal string            // hashed; empty when unset
 	// viewErr is why this view cannot send (an invalid family), or nil.
 	viewErr error
 }
@@ -169,19 +170,23 @@ func (c *Client) WithFamily(family string) *Client {
 }
 
 // WithFairness returns a view of c whose requests carry the hashed source
-// and principal identities that admission fairness charges. source is the
-// caller's verified client address: it is reduced to its bucket (see
-// SourceBucket) and hashed with PurposeSource. principal is a verified
-// account or token identity, hashed with PurposePrincipal; empty means
-// none. Pass values from trusted adapters only, never from claims in a
-// request body or header.
+// and principal identities that admission fairness charges.
+//
+// source is the caller's verified client address. It is reduced to its
+// bucket (see SourceBucket) and hashed with PurposeSource, and its
+// aggregate prefixes (see SourceTiers: the /24 of an IPv4 address, the /56
+// and /48 of an IPv6 one) are each hashed with PurposeSourceTier, so the
+// server can charge a whole network without ever receiving an address. A
+// missing, unspecified or unparsable address is sent as UnknownSource,
+// unhashed and without tiers: every such caller shares one bucket.
+//
+// principal is a verified account or token identity, hashed with
+// PurposePrincipal; empty means none. Pass values from trusted adapters
+// only, never from claims in a request body or header.
 func (c *Client) WithFairness(source, principal string) *Client {
 	v := *c
-	v.source = c.s.hash(PurposeSource, SourceBucket(source))
-	v.principal = ""
-	if principal != "" {
-		v.principal = c.s.hash(PurposePrincipal, principal)
-	}
+	id := c.s.identities(source, principal)
+	v.source, v.tiers, v.principal = id.Source, id.SourceTiers, id.Principal
 	return &v
 }
 
@@ -208,6 +213,7 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 		OperationID: id,
 		Family:      c.family,
 		Source:      c.source,
+		SourceTiers: c.tiers,
 		Principal:   c.principal,
 		Mode:        r.Mode,
 		Steps:       c.s.hashSteps(r.Steps),
@@ -375,10 +381,11 @@ func checkShape(steps []engine.Step, resp *engine.Response) error {
 // The purposes with which Client hashes what it sends. Hash a value with the
 // same purpose to find it on the server (for instance an identity to reset).
 const (
-	PurposePartition = "partition" // partition names
-	PurposeKey       = "key"       // window, kv, budget, receipt, gate and pace keys
-	PurposeSource    = "source"    // fairness source buckets (see SourceBucket)
-	PurposePrincipal = "principal" // fairness principals
+	PurposePartition  = "partition"   // partition names
+	PurposeKey        = "key"         // window, kv, budget, receipt, gate and pace keys
+	PurposeSource     = "source"      // fairness source buckets (see SourceBucket)
+	PurposeSourceTier = "source-tier" // fairness prefix tiers (see SourceTiers and TierIdentity)
+	PurposePrincipal  = "principal"   // fairness principals
 )
 
 // Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of

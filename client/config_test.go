@@ -190,23 +190,3 @@ func TestConfigFromEnvBackendOff(t *testing.T) {
 		t.Fatal("an off client still reports its assigned families")
 	}
 }
-
-func TestSourceBucket(t *testing.T) {
-	cases := map[string]string{
-		"203.0.113.9":               "203.0.113.9",
-		"::ffff:203.0.113.9":        "203.0.113.9",
-		"2001:db8:1:2:3:4:5:6":      "2001:db8:1:2::/64",
-		"2001:db8:1:2:ffff::1":      "2001:db8:1:2::/64",
-		"fe80::1%eth0":              "fe80::/64",
-		"":                          client.UnknownSource,
-		"not an address":            client.UnknownSource,
-		"203.0.113.9:443":           client.UnknownSource,
-		"2001:db8:1:3:3:4:5:6":      "2001:db8:1:3::/64",
-		"0000:0000::0000:0000:0001": "::/64",
-	}
-	for in, want := range cases {
-		if got := client.SourceBucket(in); got != want {
-			t.Errorf("SourceBucket(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

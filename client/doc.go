@@ -55,8 +55,10 @@ afresh.
 [Client.WithFamily] and [Client.WithFairness] return immutable
 request-scoped views: the admission family, and the hashed source and
 principal identities that admission fairness charges ([PurposeSource],
-[PurposePrincipal]; a source address is first reduced to its bucket, see
-[SourceBucket]).
+[PurposeSourceTier], [PurposePrincipal]; a source address is first reduced
+to its bucket and prefix tiers, see [SourceBucket] and [SourceTiers], and a
+missing, unspecified or unparsable one is sent as [UnknownSource], the one
+bucket every client names alike).
 
 # Operation ids and retries
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -122,9 +123,10 @@ func encode(t testing.TB, r wire.Request) []byte {
 	return body
 }
 
-// request returns an RPC request of steps with a fresh operation id.
+// request returns an RPC request of steps with a fresh operation id, in
+// the family a server knows when configured with none.
 func request(steps ...engine.Step) wire.Request {
-	return wire.Request{OperationID: engine.NewOperationID(), Family: "e2e", Steps: steps}
+	return wire.Request{OperationID: engine.NewOperationID(), Family: admission.DefaultFamily, Steps: steps}
 }
 
 // step returns one step of cmds on partition.

@@ -75,6 +75,12 @@ func (c Config) Validate() error {
 	}
 	if c.Admission != nil {
 		if err := c.Admission.Err(); err != nil {
+			// The answer carries the reason alone, not the admitter's
+			// own rendering of its answer.
+			var werr *wire.Error
+			if errors.As(err, &werr) {
+				err = errors.New(werr.Reason)
+			}
 			errs = append(errs, err)
 		}
 	}

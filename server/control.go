@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 
@@ -70,6 +71,10 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeProblem(w, wire.CodeInvalid, "malformed JSON: "+err.Error())
 		return false
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeProblem(w, wire.CodeInvalid, "malformed JSON: data after the object")
+		return false
+	}
 	return true
 }
 
@@ -127,7 +132,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, err)
 			return
 		}
-		s.log.Warn("operator family resume", "family", req.Family, "remote", r.RemoteAddr)
+		s.log.Warn("operator family resume", "family", req.Family, "reason", req.Reason, "remote", r.RemoteAddr)
 		s.handleState(w, r)
 		return
 	}
@@ -135,7 +140,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	s.log.Warn("operator resume", "remote", r.RemoteAddr)
+	s.log.Warn("operator resume", "reason", req.Reason, "remote", r.RemoteAddr)
 	s.handleState(w, r)
 }
 

@@ -7,11 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -41,8 +46,9 @@ func (o *operatorRemote) token() (string, error) {
 	return t, nil
 }
 
-// do calls an operator endpoint and prints the fence state it answers.
-func (o *operatorRemote) do(ctx context.Context, method, path string, body any, out io.Writer) error {
+// do calls an operator endpoint with body (nil for none) and decodes its
+// answer into answer.
+func (o *operatorRemote) do(ctx context.Context, method, path string, body, answer any) error {
 	token, err := o.token()
 	if err != nil {
 		return err
@@ -67,61 +73,208 @@ func (o *operatorRemote) do(ctx context.Context, method, path string, body any, 
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	var st server.FenceState
-	if err := call(hc, req, &st); err != nil {
+	if err := call(hc, req, answer); err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, explain(err))
 	}
-	printFence(out, st)
 	return nil
 }
 
-func printFence(out io.Writer, st server.FenceState) {
+// state calls an endpoint answering the control state and prints it.
+func (o *operatorRemote) state(ctx context.Context, method, path string, body any, out io.Writer) error {
+	var st server.ControlState
+	if err := o.do(ctx, method, path, body, &st); err != nil {
+		return err
+	}
+	printState(out, st)
+	return nil
+}
+
+// printState prints the stop fence on one line ("running", or when and why
+// it was stopped) and, when the server admits by family, a table of the
+// families.
+func printState(out io.Writer, st server.ControlState) {
 	if !st.Stopped {
 		fmt.Fprintln(out, "running")
+	} else {
+		fmt.Fprintf(out, "stopped since %s: %s\n", st.Since.UTC().Format(time.RFC3339), st.Reason)
+	}
+	if len(st.Families) == 0 {
 		return
 	}
-	fmt.Fprintf(out, "stopped since %s: %s\n", st.Since.UTC().Format(time.RFC3339), st.Reason)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAMILY\tDAY (UTC)\tUSED\tALLOWANCE\tUNSPENT HERE\tSTATE")
+	for _, f := range st.Families {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", f.Family, f.Day, f.Used, f.Allowance, f.LeasedLeft, familyState(f))
+	}
+	tw.Flush()
+}
+
+func familyState(f admission.FamilyState) string {
+	switch {
+	case !f.Stopped:
+		return "running"
+	case f.OperatorStop:
+		return "stopped by the operator until resumed: " + f.Reason
+	}
+	return "stopped until the next UTC day or a resume: " + f.Reason
 }
 
 func newControlCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "control",
-		Short: "Operate a server's stop fence",
-		Long: `Operate a server's durable stop fence with the operator token.
+		Short: "Operate a server's stop fence, family stops and fairness quotas",
+		Long: `Operate a server with the operator token: the global stop fence, the stop of
+one admission family, and the fairness quotas of one identity.
 
 A stopped server answers every RPC 503 guard_stopped before running any
-command; stored data is kept, and the stop survives restarts until resumed.
-The token comes from --operator-token, $SLUICE_OPERATOR_TOKEN, or the
-operator-token file of the data directory.`,
+command; a stopped family, every RPC of that family. Stored data is kept, and
+a stop survives restarts until resumed. The token comes from
+--operator-token, $SLUICE_OPERATOR_TOKEN, or the operator-token file of the
+data directory.`,
 	}
 	var o operatorRemote
 	o.addFlags(cmd.PersistentFlags())
-	var reason string
+	var stop server.StopRequest
 	stopCmd := &cobra.Command{
 		Use:   "stop",
-		Short: "Stop every RPC until resumed",
-		Args:  cobra.NoArgs,
+		Short: "Stop every RPC, or one family's, until resumed",
+		Long: `Stop every RPC until resumed, or with --family only that family's. The stop
+is durable and acknowledged only once it is stored: from then on this server
+admits nothing it covers.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.do(cmd.Context(), http.MethodPost, wire.PathStop, server.StopRequest{Reason: reason}, cmd.OutOrStdout())
+			return o.state(cmd.Context(), http.MethodPost, wire.PathStop, stop, cmd.OutOrStdout())
 		},
 	}
-	stopCmd.Flags().StringVar(&reason, "reason", "", "why, for the logs and the state (default \"operator stop\")")
+	stopCmd.Flags().StringVar(&stop.Family, "family", "", "stop only this admission family")
+	stopCmd.Flags().StringVar(&stop.Reason, "reason", "", "why, for the logs and the state (default \"operator stop\")")
+	var resume server.StopRequest
 	resumeCmd := &cobra.Command{
 		Use:   "resume",
-		Short: "Clear the stop fence",
-		Args:  cobra.NoArgs,
+		Short: "Clear the stop fence, or one family's stop",
+		Long: `Clear the global stop fence, or with --family that family's stop: an operator
+stop or today's budget stop. Resuming a family also resets its usage for the
+day, giving it a fresh allowance; fairness quotas are kept (see
+fairness-reset).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.do(cmd.Context(), http.MethodPost, wire.PathResume, nil, cmd.OutOrStdout())
+			return o.state(cmd.Context(), http.MethodPost, wire.PathResume, resume, cmd.OutOrStdout())
 		},
 	}
+	resumeCmd.Flags().StringVar(&resume.Family, "family", "", "resume only this admission family")
+	resumeCmd.Flags().StringVar(&resume.Reason, "reason", "", "why, for the logs")
 	stateCmd := &cobra.Command{
 		Use:   "state",
-		Short: "Print the stop fence",
+		Short: "Print the stop fence and every family's usage and stop",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return o.do(cmd.Context(), http.MethodGet, wire.PathState, nil, cmd.OutOrStdout())
+			return o.state(cmd.Context(), http.MethodGet, wire.PathState, nil, cmd.OutOrStdout())
 		},
 	}
-	cmd.AddCommand(stopCmd, resumeCmd, stateCmd)
+	cmd.AddCommand(stopCmd, resumeCmd, stateCmd, newFairnessResetCmd(&o))
 	return cmd
+}
+
+// fairnessReset is one fairness reset asked for at a terminal.
+type fairnessReset struct {
+	Family, Source, Principal string
+	SourceSet                 bool
+	Actor, Reason             string
+	Pepper                    string
+}
+
+func newFairnessResetCmd(o *operatorRemote) *cobra.Command {
+	var f fairnessReset
+	cmd := &cobra.Command{
+		Use:   "fairness-reset",
+		Short: "Reset one identity's fairness quotas for today (audited)",
+		Long: `Reset today's fairness quotas of one source address and/or one principal in
+one family, so they are admitted again. The reset is audited: the actor, the
+time, the family and the identities (hashed) are logged by the server and
+kept in its store.
+
+The source and principal are given raw and hashed here with the pepper,
+exactly as the Go client hashes them, so they name the quotas the client
+charged. A source is reduced to its bucket (an IPv4 address, an IPv6 /64, or
+the shared unknown bucket for a missing, unspecified or unparsable address)
+and resetting it also resets its prefix tiers (the IPv4 /24, or the IPv6 /56
+and /48). The pepper comes from --pepper, $SLUICE_PEPPER or the data
+directory's pepper file.`,
+		Example: `  sluice control fairness-reset --family replay --source 203.0.113.9 --actor alice --reason "office NAT"
+  sluice control fairness-reset --family password --principal user:42 --actor alice`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.SourceSet = cmd.Flags().Changed("source")
+			return runFairnessReset(cmd.Context(), o, &f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.Family, "family", "", "admission family whose quotas to reset (required)")
+	fl.StringVar(&f.Source, "source", "", "source address whose bucket and prefix tiers to reset")
+	fl.StringVar(&f.Principal, "principal", "", "principal (verified user or token) whose quota to reset")
+	fl.StringVar(&f.Actor, "actor", "", "who is resetting, for the audit trail (required)")
+	fl.StringVar(&f.Reason, "reason", "", "why, for the audit trail")
+	fl.StringVar(&f.Pepper, "pepper", "", "key-hashing pepper (default: the data directory's pepper file)")
+	bindEnv(fl, "pepper", client.EnvPepper)
+	for _, name := range []string{"family", "actor"} {
+		_ = cmd.MarkFlagRequired(name)
+	}
+	return cmd
+}
+
+func runFairnessReset(ctx context.Context, o *operatorRemote, f *fairnessReset, out io.Writer) error {
+	if !f.SourceSet && f.Principal == "" {
+		return fmt.Errorf("name a --source, a --principal or both")
+	}
+	if strings.TrimSpace(f.Actor) == "" {
+		return fmt.Errorf("--actor is empty: name who is resetting")
+	}
+	pepper := f.Pepper
+	if pepper == "" {
+		var err error
+		if pepper, err = readOneCredential(o.DataDir, pepperFile); err != nil {
+			return fmt.Errorf("no pepper: pass --pepper or $%s, or run from beside the server's data directory (%w)", client.EnvPepper, err)
+		}
+	}
+	if len(pepper) < wire.MinSecretLen {
+		return fmt.Errorf("the pepper is %d characters (minimum %d): it cannot be the clients' pepper", len(pepper), wire.MinSecretLen)
+	}
+	// An off client needs no server: it only hashes, with the pepper.
+	hasher := client.New(client.Config{Off: true, Pepper: pepper})
+	defer hasher.Close()
+	id := hasher.WithFairness(f.Source, f.Principal).Identities()
+	req := server.FairnessResetRequest{
+		ResetRequest: admission.ResetRequest{Family: f.Family, Principal: id.Principal, Reason: f.Reason},
+		Actor:        f.Actor,
+	}
+	if f.SourceSet {
+		req.Source, req.SourceTiers = id.Source, id.SourceTiers
+	}
+	var rec admission.AuditRecord
+	if err := o.do(ctx, http.MethodPost, wire.PathFairnessReset, req, &rec); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "reset        %s\nat           %s\nby           %s\n", rec.Reset.Family, rec.At.UTC().Format(time.RFC3339), rec.Actor)
+	if f.SourceSet {
+		what := "bucket " + client.SourceBucket(f.Source)
+		if bucket := client.SourceBucket(f.Source); bucket == client.UnknownSource {
+			what = "the shared unknown bucket"
+		} else {
+			tiers := client.SourceTiers(f.Source)
+			names := make([]string, 0, len(tiers))
+			for tier := range tiers {
+				names = append(names, tiers[tier])
+			}
+			slices.Sort(names)
+			what += ", with " + strings.Join(names, " and ")
+		}
+		fmt.Fprintf(out, "source       %s\n", what)
+	}
+	if f.Principal != "" {
+		fmt.Fprintf(out, "principal    %s\n", f.Principal)
+	}
+	if rec.Reset.Reason != "" {
+		fmt.Fprintf(out, "reason       %s\n", rec.Reset.Reason)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // exitDenied is the exit status of a denied hit, so scripts can tell a
@@ -28,6 +30,12 @@ type hitOptions struct {
 	Limit          int64
 	Window         time.Duration
 	Cost           int64
+	// Source and Principal, when set (Fair), are the caller's identities
+	// for admission fairness, hashed as the Go client hashes them.
+	Source, Principal string
+	Fair              bool
+	// Count is the number of hits to make, one RPC each.
+	Count int
 }
 
 func newHitCmd() *cobra.Command {
@@ -43,11 +51,30 @@ the Go client does, so the check lands on the same counter as an application
 using the same pepper. The secret and pepper come from their flags or
 variables, or from the data directory of a server on this machine.
 
-Exits 0 when the hit is allowed, 2 when it is denied and 1 on a failure.`,
+--source and --principal send the caller's fairness identities as the Go
+client does (WithFairness): the source address reduced to its bucket and
+prefix tiers and hashed, the principal hashed; a missing, unspecified or
+unparsable source is the shared unknown bucket.
+
+--count N makes N hits, one RPC each, and prints how many the server
+admitted, how many the window allowed, and how many admission refused, with
+the code of the first refusal (guard_limited for a fairness quota,
+guard_stopped for a stopped or exhausted family).
+
+Exits 0 when every hit is allowed, 2 when one is denied or refused and 1 on
+a failure.`,
 		Example: `  sluice hit --partition user:42 --key api --limit 10 --window 1m
-  sluice hit --partition ip:203.0.113.9 --key login --kind gcra --limit 5 --window 15m --cost 1`,
+  sluice hit --partition ip:203.0.113.9 --key login --kind gcra --limit 5 --window 15m --cost 1
+  sluice hit --family replay --source 2001:db8::7 --principal user:42 --partition p --limit 1000 --window 1h --count 50`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Fair = cmd.Flags().Changed("source") || cmd.Flags().Changed("principal")
+			if o.Count > 1 {
+				return runHits(cmd.Context(), &o, cmd.OutOrStdout())
+			}
+			if o.Count < 1 {
+				return fmt.Errorf("--count %d: want at least 1", o.Count)
+			}
 			return runHit(cmd.Context(), &o, cmd.OutOrStdout())
 		},
 	}
@@ -62,6 +89,9 @@ Exits 0 when the hit is allowed, 2 when it is denied and 1 on a failure.`,
 	fl.Int64Var(&o.Limit, "limit", 0, "cost admitted per window (required)")
 	fl.DurationVar(&o.Window, "window", 0, "window length, such as 1s, 1m or 24h (required)")
 	fl.Int64Var(&o.Cost, "cost", 1, "cost of this hit")
+	fl.StringVar(&o.Source, "source", "", "the caller's address, for admission fairness (hashed before it leaves)")
+	fl.StringVar(&o.Principal, "principal", "", "the caller's verified user or token, for admission fairness (hashed before it leaves)")
+	fl.IntVar(&o.Count, "count", 1, "number of hits to make, one RPC each")
 	bindEnv(fl, "secret", client.EnvSecret)
 	bindEnv(fl, "pepper", client.EnvPepper)
 	bindEnv(fl, "family", client.EnvFamily)
@@ -71,34 +101,62 @@ Exits 0 when the hit is allowed, 2 when it is denied and 1 on a failure.`,
 	return cmd
 }
 
-func runHit(ctx context.Context, o *hitOptions, out io.Writer) error {
+// hitter makes the hits of o.
+type hitter struct {
+	eng *engine.Engine
+	cmd engine.Command
+}
+
+// newHitter checks o and connects its client; release closes it.
+func newHitter(o *hitOptions) (h *hitter, release func(), err error) {
 	kind, err := algo.ParseKind(o.Kind)
 	if err != nil {
-		return fmt.Errorf("--kind %q: want fixed, sliding, log or gcra", o.Kind)
+		return nil, nil, fmt.Errorf("--kind %q: want fixed, sliding, log or gcra", o.Kind)
 	}
 	if o.Window%time.Millisecond != 0 || o.Window <= 0 {
-		return fmt.Errorf("--window %s: want a positive whole number of milliseconds", o.Window)
+		return nil, nil, fmt.Errorf("--window %s: want a positive whole number of milliseconds", o.Window)
 	}
 	cfg, err := o.clientConfig()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	c := client.New(cfg)
-	defer c.Close()
 	if err := c.Err(); err != nil {
-		return err
+		c.Close()
+		return nil, nil, err
 	}
+	view := c
+	if o.Fair {
+		view = c.WithFairness(o.Source, o.Principal)
+	}
+	return &hitter{eng: engine.New(view),
+		cmd: engine.Hit(o.Cost, engine.Window{Key: o.Key, Kind: kind, Limit: o.Limit, WindowMs: o.Window.Milliseconds()}),
+	}, func() { c.Close() }, nil
+}
+
+// hit makes one hit of partition with a fresh operation id.
+func (h *hitter) hit(ctx context.Context, partition string) (engine.Result, error) {
 	req := engine.Request{
 		OperationID: engine.NewOperationID(),
-		Steps: []engine.Step{{Partition: o.Partition, Commands: []engine.Command{
-			engine.Hit(o.Cost, engine.Window{Key: o.Key, Kind: kind, Limit: o.Limit, WindowMs: o.Window.Milliseconds()}),
-		}}},
+		Steps:       []engine.Step{{Partition: partition, Commands: []engine.Command{h.cmd}}},
 	}
-	resp, err := engine.New(c).Do(ctx, &req)
+	resp, err := h.eng.Do(ctx, &req)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return resp.Steps[0].Results[0], nil
+}
+
+func runHit(ctx context.Context, o *hitOptions, out io.Writer) error {
+	h, release, err := newHitter(o)
+	if err != nil {
+		return err
+	}
+	defer release()
+	r, err := h.hit(ctx, o.Partition)
 	if err != nil {
 		return explain(err)
 	}
-	r := resp.Steps[0].Results[0]
 	allowed := "yes"
 	if !r.Allowed {
 		allowed = "no"
@@ -108,6 +166,52 @@ func runHit(ctx context.Context, o *hitOptions, out io.Writer) error {
 	fmt.Fprintf(out, "allowed      %s\nremaining    %d\nretry after  %s\nreset at     %s (server clock)\n",
 		allowed, r.Remaining, ms(r.RetryAfterMs), time.UnixMilli(r.ResetAt).UTC().Format(time.RFC3339Nano))
 	if !r.Allowed {
+		return exitError{code: exitDenied}
+	}
+	return nil
+}
+
+// runHits makes o.Count hits and prints what admission and the window made
+// of them. A refusal by admission (guard_limited, guard_stopped) is counted
+// and the hits go on; any other failure ends them.
+func runHits(ctx context.Context, o *hitOptions, out io.Writer) error {
+	h, release, err := newHitter(o)
+	if err != nil {
+		return err
+	}
+	defer release()
+	var admitted, allowed, refused int
+	var first wire.Code
+	var failure error
+	for range o.Count {
+		r, err := h.hit(ctx, o.Partition)
+		if err == nil {
+			admitted++
+			if r.Allowed {
+				allowed++
+			}
+			continue
+		}
+		var werr *wire.Error
+		if errors.As(err, &werr) && (werr.Code == wire.CodeLimited || werr.Code == wire.CodeStopped) {
+			refused++
+			if first == "" {
+				first = werr.Code
+			}
+			continue
+		}
+		failure = explain(err)
+		break
+	}
+	fmt.Fprintf(out, "hits         %d\nadmitted     %d\nallowed      %d\nrefused      %d", o.Count, admitted, allowed, refused)
+	if first != "" {
+		fmt.Fprintf(out, " (first: %s)", first)
+	}
+	fmt.Fprintln(out)
+	switch {
+	case failure != nil:
+		return failure
+	case allowed < o.Count:
 		return exitError{code: exitDenied}
 	}
 	return nil

@@ -2,9 +2,10 @@
 //
 //	sluice serve                  run the server (embedded store, zero configuration)
 //	sluice ping                   report a server's protocol version and readiness
-//	sluice hit                    make one rate-limit check against a server
-//	sluice control stop|resume|state
-//	                              operate a server's stop fence
+//	sluice hit                    make rate-limit checks against a server
+//	sluice control stop|resume|state|fairness-reset
+//	                              operate a server's stop fence, family
+//	                              stops and fairness quotas
 //
 // Every flag has a SLUICE_* environment variable as its fallback; run
 // "sluice help COMMAND" for the list. docs/operations.md describes running

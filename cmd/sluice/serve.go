@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/diskstore"
@@ -40,10 +41,16 @@ and "operator-token", mode 0600), so it is authenticated from its first
 second; later starts reuse them. --secrets and --operator-token replace the
 files.
 
+Every RPC names an admission family and spends its daily budget
+(--daily-budget, split by --family-budgets or equally among --families).
+RPCs of --fair-families also spend per-source, per-prefix and per-principal
+quotas, each a share of the family budget (--shares, --family-shares).
+
 A configuration the server can run but must not trust (a secret under 32
-characters, an operator token equal to a secret, no secret at all) does not
-stop it: every RPC is then answered 503 guard_unavailable with the reason.
-SIGINT or SIGTERM drains in-flight requests, then closes the store.`,
+characters, an operator token equal to a secret, no secret at all, a
+malformed admission setting) does not stop it: every RPC is then answered
+503 guard_unavailable with the reason. SIGINT or SIGTERM drains in-flight
+requests, then closes the store.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fl := cmd.Flags()
@@ -76,6 +83,7 @@ SIGINT or SIGTERM drains in-flight requests, then closes the store.`,
 	fl.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate chain; serves HTTPS with --tls-key")
 	fl.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
+	cfg.Admission.addFlags(fl)
 	for name, env := range map[string]string{
 		"addr":             "SLUICE_ADDR",
 		"data-dir":         "SLUICE_DATA_DIR",
@@ -127,12 +135,17 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 		}
 	}()
 
-	srv := server.New(engine.New(st), server.Config{
+	eng := engine.New(st)
+	admCfg := cfg.Admission.config()
+	admCfg.Logger = log.With("component", "admission")
+	logAdmission(log, admCfg)
+	srv := server.New(eng, server.Config{
 		Secrets:       creds.Secrets,
 		OperatorToken: creds.OperatorToken,
 		FenceRefresh:  server.DefaultConfig().FenceRefresh,
 		Version:       version(),
 		Logger:        log,
+		Admission:     admission.New(eng, admCfg),
 	})
 	tracker := newRequestTracker()
 	httpCfg := cfg.HTTP

@@ -55,6 +55,10 @@ type serveConfig struct {
 	ShutdownTimeout time.Duration
 	// HTTP bounds what a client can hold of the server.
 	HTTP server.HTTPConfig
+	// Admission holds the family budgets and fairness settings as given;
+	// a malformed one is not checked here but answered 503 on every RPC
+	// (see admissionFlags).
+	Admission admissionFlags
 }
 
 // defaultServeConfig is the zero-configuration server: loopback, the
@@ -70,12 +74,14 @@ func defaultServeConfig() serveConfig {
 		LogFormat:       logText,
 		ShutdownTimeout: 30 * time.Second,
 		HTTP:            server.DefaultHTTPConfig(),
+		Admission:       defaultAdmissionFlags(),
 	}
 }
 
 // Validate reports every problem that keeps c from starting at all. The
-// credentials are not checked here: a server with bad credentials starts and
-// refuses every RPC with the reason (see server.Config.Validate).
+// credentials and the admission settings are not checked here: a server
+// with bad ones starts and refuses every RPC with the reason (see
+// server.Config.Validate).
 func (c serveConfig) Validate() error {
 	var errs []error
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+func TestAdmissionFlags(t *testing.T) {
+	def := defaultAdmissionFlags().config()
+	if err := def.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	if def.Total != admission.DefaultTotal || def.Chunk != admission.DefaultChunk || def.Families != nil || def.Fair != nil {
+		t.Fatalf("defaults: %+v", def)
+	}
+
+	good := admissionFlags{
+		DailyBudget:   "1000000",
+		Families:      "offline, replay,proxy,password",
+		FamilyBudgets: "offline=600000,replay=100000",
+		FairFamilies:  "replay,password",
+		Shares:        "source=20,principal=20,v4/24=5,v6/56=10,v6/48=5",
+		FamilyShares:  "replay.source=10,replay.principal=40",
+		Chunk:         "500",
+	}
+	cfg := good.config()
+	got, err := cfg.Allowances()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["offline"] != 600000 || got["replay"] != 100000 || got["proxy"] != 150000 || got["password"] != 150000 {
+		t.Errorf("allowances %v", got)
+	}
+	if cfg.Chunk != 500 || strings.Join(cfg.Fair, ",") != "replay,password" || cfg.Shares.V6Slash56 != 10 || cfg.FamilyShares["replay"].Principal != 40 {
+		t.Errorf("config %+v", cfg)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		modify func(*admissionFlags)
+		want   string
+	}{
+		{"budget not a number", func(a *admissionFlags) { a.DailyBudget = "lots" }, `daily budget (--daily-budget) "lots"`},
+		{"budget with separators", func(a *admissionFlags) { a.DailyBudget = "1,000,000" }, "daily budget"},
+		{"budget empty", func(a *admissionFlags) { a.DailyBudget = "" }, "daily budget"},
+		{"budget zero", func(a *admissionFlags) { a.DailyBudget = "0" }, "daily budget"},
+		{"budget negative", func(a *admissionFlags) { a.DailyBudget = "-5" }, "daily budget"},
+		{"chunk not a number", func(a *admissionFlags) { a.Chunk = "big" }, "admission chunk"},
+		{"unknown family in a budget", func(a *admissionFlags) { a.FamilyBudgets = "ofline=5" }, `unknown family "ofline"`},
+		{"two budgets for one family", func(a *admissionFlags) { a.FamilyBudgets = "replay=5,replay=6" }, "two budgets"},
+		{"malformed family budget", func(a *admissionFlags) { a.FamilyBudgets = "replay=many" }, "not a non-negative integer"},
+		{"family budget without a count", func(a *admissionFlags) { a.FamilyBudgets = "replay" }, "want name=count"},
+		{"parts above the total", func(a *admissionFlags) { a.FamilyBudgets = "offline=900000,replay=200000" }, "above the daily total"},
+		{"duplicate family", func(a *admissionFlags) { a.Families = "replay,offline,replay" }, `family "replay" listed twice`},
+		{"empty family", func(a *admissionFlags) { a.Families = "replay,,offline" }, "family name"},
+		{"wrong-case family", func(a *admissionFlags) { a.FairFamilies = "Replay" }, `fair family "Replay" is not a configured family`},
+		{"duplicate fair family", func(a *admissionFlags) { a.FairFamilies = "replay,replay" }, "listed twice"},
+		{"bad share", func(a *admissionFlags) { a.Shares = "source=0" }, "--shares"},
+		{"unknown share axis", func(a *admissionFlags) { a.Shares = "ip=20" }, "unknown share axis"},
+		{"bad family share", func(a *admissionFlags) { a.FamilyShares = "replay.source=x" }, "--family-shares"},
+		{"family share of an unknown family", func(a *admissionFlags) { a.FamilyShares = "web.source=10" }, `shares for unknown family "web"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := good
+			tc.modify(&a)
+			err := a.config().Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one about %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// newAdmissionServer runs a server with admission on a memory store.
+func newAdmissionServer(t *testing.T, flags admissionFlags) *httptest.Server {
+	t.Helper()
+	st, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(st)
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{testSecret}, testToken
+	cfg.Admission = admission.New(eng, flags.config())
+	hs := httptest.NewServer(server.New(eng, cfg))
+	t.Cleanup(func() {
+		hs.Close()
+		st.Close()
+	})
+	return hs
+}
+
+func TestControlFamilyStopAndState(t *testing.T) {
+	flags := defaultAdmissionFlags()
+	flags.DailyBudget, flags.Families = "1000", "a,b"
+	hs := newAdmissionServer(t, flags)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_OPERATOR_TOKEN": testToken, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+
+	out, err := runSluice(t, env, "control", "stop", "--family", "a", "--reason", "maintenance")
+	if err != nil || !strings.HasPrefix(out, "running\n") {
+		t.Fatalf("stop --family a: %v, %q", err, out)
+	}
+	for _, want := range []string{"FAMILY", "a  ", "stopped by the operator until resumed: maintenance", "500"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stop output lacks %q:\n%s", want, out)
+		}
+	}
+	hit := []string{"hit", "--partition", "p", "--limit", "10", "--window", "1h"}
+	if _, err := runSluice(t, env, append(hit, "--family", "a")...); err == nil || !strings.Contains(err.Error(), "guard_stopped") {
+		t.Errorf("hit of the stopped family: %v", err)
+	}
+	if out, err := runSluice(t, env, append(hit, "--family", "b")...); err != nil {
+		t.Errorf("hit of the other family: %v, %q", err, out)
+	}
+	out, err = runSluice(t, env, "control", "state")
+	if err != nil || !strings.Contains(out, "maintenance") || strings.Count(out, "running") != 2 {
+		t.Errorf("state: %v\n%s", err, out)
+	}
+	out, err = runSluice(t, env, "control", "resume", "--family", "a", "--reason", "done")
+	if err != nil || strings.Contains(out, "stopped") {
+		t.Errorf("resume --family a: %v\n%s", err, out)
+	}
+	if out, err := runSluice(t, env, append(hit, "--family", "a")...); err != nil {
+		t.Errorf("hit after the resume: %v, %q", err, out)
+	}
+	if _, err := runSluice(t, env, "control", "stop", "--family", "nope"); err == nil || !strings.Contains(err.Error(), `unknown family "nope"`) {
+		t.Errorf("stop of an unknown family: %v", err)
+	}
+}
+
+// TestHitCountAndFairnessReset spends one source's share with sluice hit,
+// resets it with sluice control fairness-reset, and spends it again: the
+// command-line tools hash identities alike.
+func TestHitCountAndFairnessReset(t *testing.T) {
+	flags := defaultAdmissionFlags()
+	flags.DailyBudget, flags.FairFamilies = "2000", admission.DefaultFamily // a source may spend 100
+	hs := newAdmissionServer(t, flags)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_OPERATOR_TOKEN": testToken, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	hit := []string{"hit", "--partition", "p", "--limit", "1000", "--window", "1h", "--source", "2001:db8:1:2::7", "--principal", "user:1"}
+
+	out, err := runSluice(t, env, append(hit, "--count", "120")...)
+	var exit exitError
+	if !errors.As(err, &exit) || exit.code != exitDenied {
+		t.Errorf("120 hits: %v, want exit status %d", err, exitDenied)
+	}
+	for _, want := range []string{"hits         120", "admitted     100", "allowed      100", "refused      20 (first: guard_limited)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// Resetting the source alone leaves the principal spent.
+	reset := []string{"control", "fairness-reset", "--family", admission.DefaultFamily, "--actor", "tester", "--reason", "drill"}
+	out, err = runSluice(t, env, append(reset, "--source", "2001:DB8:1:2::1")...)
+	if err != nil || !strings.Contains(out, "by           tester") || !strings.Contains(out, "2001:db8:1:2::/64") || !strings.Contains(out, "2001:db8:1::/48") {
+		t.Fatalf("reset of the source: %v\n%s", err, out)
+	}
+	if out, _ := runSluice(t, env, append(hit, "--count", "2")...); !strings.Contains(out, "admitted     0") {
+		t.Errorf("after the source reset the spent principal was admitted:\n%s", out)
+	}
+	if _, err := runSluice(t, env, append(reset, "--principal", "user:1")...); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runSluice(t, env, append(hit, "--count", "10")...)
+	if err != nil || !strings.Contains(out, "admitted     10") {
+		t.Errorf("after both resets: %v\n%s", err, out)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"control", "fairness-reset", "--family", "default", "--actor", "x"}, "--source, a --principal"},
+		{[]string{"control", "fairness-reset", "--family", "default", "--source", "1.2.3.4"}, "actor"},
+		{[]string{"control", "fairness-reset", "--family", "default", "--source", "1.2.3.4", "--actor", "x", "--pepper", "short"}, "pepper is 5 characters"},
+		{[]string{"control", "fairness-reset", "--family", "web", "--source", "1.2.3.4", "--actor", "x"}, `unknown family "web"`},
+		{append(hit, "--count", "0"), "--count 0"},
+	} {
+		if _, err := runSluice(t, env, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error about %q", tc.args, err, tc.want)
+		}
+	}
+}
