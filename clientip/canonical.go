@@ -1,0 +1,51 @@
+package clientip
+
+import (
+	"net/netip"
+	"strconv"
+)
+
+// Unknown is the bucket of every request whose client address is unknown
+// because its socket peer is missing or does not parse. Such requests share
+// it, so that together they draw one quota rather than none.
+const Unknown = "unknown"
+
+// Canonical returns the bucket of addr for an IPv6 prefix length:
+//
+//   - an IPv4 address, or an IPv4-mapped IPv6 address, is its own bucket in
+//     dotted form ("192.0.2.1"), whatever ipv6Prefix is;
+//   - an IPv6 address is its prefix of ipv6Prefix bits in canonical form
+//     ("2001:db8:1:2::/64"), with its zone kept in the form of RFC 4007
+//     ("fe80::%eth0/64");
+//   - the zero Addr is Unknown.
+//
+// An ipv6Prefix outside 0…128 is clamped into it. Equal addresses give equal
+// buckets however they were written. A bucket names exactly one IPv4
+// address, or one IPv6 prefix within one zone, so different buckets never
+// collide, and a valid address never falls into Unknown.
+func Canonical(addr netip.Addr, ipv6Prefix int) string {
+	if !addr.IsValid() {
+		return Unknown
+	}
+	// Unmapping first keeps every mapped IPv4 client in its own bucket
+	// rather than masking it into an IPv6 prefix shared with others.
+	addr = addr.Unmap()
+	if addr.Is4() {
+		return addr.String()
+	}
+	bits := min(max(ipv6Prefix, 0), 128)
+	zone := addr.Zone()
+	masked := netip.PrefixFrom(addr.WithZone(""), bits).Masked().Addr()
+	// One allocation, for the result: the masked address, its zone and the
+	// length are appended to a buffer on the stack. (Appending the zone
+	// here rather than through WithZone spares interning it.)
+	var buf [64]byte
+	b := masked.AppendTo(buf[:0])
+	if zone != "" {
+		b = append(b, '%')
+		b = append(b, zone...)
+	}
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(bits), 10)
+	return string(b)
+}
