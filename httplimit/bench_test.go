@@ -1,0 +1,66 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// nopWriter is a ResponseWriter that keeps nothing but its header map,
+// cleared between requests, so that the benchmarks measure the stage.
+type nopWriter struct{ h http.Header }
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(int)             {}
+
+// BenchmarkHandler measures the stage's overhead per request on a memory
+// store, with every request admitted (the limit is never reached):
+//
+//	path=unselected  a path the stage does not select: the route match alone
+//	path=selected    one client's quota checked and charged, fields written
+//	clients=N        the same, spread over N client addresses
+func BenchmarkHandler(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		path    string
+		clients int
+	}{
+		{"path=unselected", "/static/app.js", 1},
+		{"path=selected/clients=1", "/api/items", 1},
+		{"path=selected/clients=1000", "/api/items", 1000},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			mem, _ := newMem(b, 1_000_000)
+			cfg := config(mem, algo.MaxLimit, "/api/*", "/login")
+			cfg.Quota.Window = 24 * time.Hour
+			cfg.Quota.Kind = algo.KindFixed
+			lim, err := httplimit.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			reqs := make([]*http.Request, bc.clients)
+			for i := range reqs {
+				reqs[i] = httptest.NewRequest(http.MethodGet, bc.path, nil)
+				reqs[i].RemoteAddr = "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255) + ":1234"
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				w := &nopWriter{h: http.Header{}}
+				for pb.Next() {
+					clear(w.h)
+					h.ServeHTTP(w, reqs[next.Add(1)%uint64(len(reqs))])
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,93 @@
+/*
+Package httplimit protects HTTP routes with a per-client quota: a middleware
+stage, func(http.Handler) http.Handler, that counts each request to the
+routes it selects against its client's allowance in a shared store, and
+answers 429 Too Many Requests once the allowance is spent.
+
+	cfg := httplimit.DefaultConfig()
+	cfg.Routes = []string{"/device/start", "/device/poll"}
+	cfg.Prefix = "device-flow"
+	cfg.Quota.Limit = 10 // per client per epoch-aligned minute
+	cfg.Store = store    // shared by every instance; nil: this process alone
+	lim, err := httplimit.New(cfg)
+	if err != nil {
+		return err
+	}
+	mux.Handle("/", lim.Handler(app))
+
+[Limiter.Handler] has the type every Go router takes as middleware:
+net/http handlers wrap it directly, chi takes it in Use and With, echo
+through echo.WrapMiddleware, and gin through a few lines of adapter (see
+examples/gin in the repository). Install logging, CORS and the like before
+the stage so that they see its rejections too.
+
+# Routes
+
+[Config.Routes] selects the paths a stage limits. "/login" selects that
+path for every method; "/device/*" selects "/device" and everything under
+it, and never "/devices". A request to any other path passes straight
+through and costs no store I/O. All selected paths share one quota per
+client: protect two routes with separate quotas by installing two stages.
+
+Stages compose independently. Each has its own routes, quota and
+[Config.Prefix], the namespace of its counters in the store; stages
+sharing a store must have different prefixes, and every instance of one
+stage (every replica of the service) the same one.
+
+# Clients
+
+By default a request's client is its address, resolved by package
+clientip: the socket peer, or the X-Forwarded-For hop the trusted proxies
+of [Config.ClientIP] vouch for; IPv6 clients grouped by /64, so that a host
+rotating through its network's addresses draws one quota. Requests with no
+usable peer share the clientip.Unknown bucket. [Config.Key] replaces the
+address with any identity (an API key, a user id), used verbatim.
+
+Keys never reach the store raw. A partition is the prefix, a colon and the
+first 128 bits, in hex, of an HMAC-SHA256 of the prefix and the key, keyed
+with [Config.Pepper]. Set a pepper wherever the store outlives the process
+or others can read it: an unkeyed hash of an IPv4 address is reversed by
+trying them all.
+
+# Quotas
+
+A [Quota] admits Limit requests per Window for each client. The default
+window is fixed and epoch-aligned: every client's one-minute window ends at
+the top of a minute, and up to twice the limit can pass in the moments
+around a boundary; the sliding, log and gcra kinds of package algo smooth
+that burst. The store's clock is the only clock: windows and every delay
+the stage reports come from it, never from the caller's clock, so a fleet
+of instances needs no clock synchronisation.
+
+A [Policy] chooses each request's quota instead of [Config.Quota], for
+limits that depend on the request or live outside the code.
+
+# Answers
+
+An allowed request runs the protected handler. A rejected one is answered
+429 with the JSON body {"error":"RATE_LIMITED"} and Retry-After: the
+seconds, rounded up and at least 1, until the same request would be
+admitted; for a fixed window, the window's end. Both carry the
+RateLimit-Policy and RateLimit fields of
+draft-ietf-httpapi-ratelimit-headers-11 ([HeadersIETF]) and, if asked for,
+the X-RateLimit-* dialect ([HeadersX]).
+
+A request whose quota could not be checked never runs the protected
+handler: the store failed or timed out, refused a new key because it is
+full (engine.ErrCapacity), or the Policy failed. [Config.OnError] answers
+it, 503 with a problem document by default ([WriteUnavailable]). A full
+store thus refuses new clients while every client it already holds keeps
+its quota; it never admits a request it could not count.
+
+# Stores
+
+Any engine.Store will do. The default, when [Config.Store] is nil, is a
+memory store of the Limiter's own: capped at [DefaultMaxKeys] keys (one per
+client and quota), refusing new keys at the cap without evicting a live
+quota, removing expired keys lazily in batches of at most 32
+(memstore.SweepBatch), with no timers to stop. It is right for one process, tests and development; separate
+processes, and separate Limiters, count separately. A fleet shares a
+Sluice server (the client package is a store), Redis, or the embedded
+store behind one server.
+*/
+package httplimit

@@ -1,0 +1,584 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/httplimit"
+)
+
+// A host rotating its interface id inside one /64 draws one quota and
+// occupies one key, however many addresses it uses.
+func TestIPv6RotationInsideOneNetworkSharesOneQuota(t *testing.T) {
+	const limit, requests = 7, 10_000
+	mem, _ := newMem(t, 100)
+	h, ran := stage(t, config(mem, limit, "/device/*"))
+
+	network := netip.MustParseAddr("2001:db8:5:6::").As16()
+	rng := rand.New(rand.NewPCG(1, 2))
+	allowed := 0
+	for range requests {
+		a := network
+		for i := 8; i < 16; i++ {
+			a[i] = byte(rng.Uint32())
+		}
+		remote := netip.AddrPortFrom(netip.AddrFrom16(a), 50000).String()
+		switch code := serve(h, http.MethodPost, "/device/poll", remote).Code; code {
+		case http.StatusOK:
+			allowed++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("request from %s answered %d", remote, code)
+		}
+	}
+	if allowed != limit || ran.Load() != limit {
+		t.Fatalf("admitted %d (handler ran %d times), want %d", allowed, ran.Load(), limit)
+	}
+	if n := mem.Len(); n != 1 {
+		t.Fatalf("store holds %d keys, want 1", n)
+	}
+
+	// A host in the neighbouring /64 has a quota of its own.
+	if code := serve(h, http.MethodPost, "/device/poll", "[2001:db8:5:7::1]:50000").Code; code != http.StatusOK {
+		t.Fatalf("neighbouring network answered %d, want 200", code)
+	}
+}
+
+// Unselected paths never reach the store, whatever the method; selected
+// ones reach it exactly once per request.
+func TestOnlySelectedPathsTouchTheStore(t *testing.T) {
+	mem, _ := newMem(t, 1000)
+	store := &countingStore{Store: mem}
+	h, ran := stage(t, config(store, 1_000, "/x/*", "/device/start", "/api/"))
+
+	methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodOptions, http.MethodPatch}
+	cases := []struct {
+		path     string
+		selected bool
+	}{
+		{"/x", true},
+		{"/x/", true},
+		{"/x/a", true},
+		{"/x/a/b/c", true},
+		{"/xs", false},
+		{"/xs/a", false},
+		{"/x-y", false},
+		{"/X", false},
+		{"/", false},
+		{"/y/x", false},
+		{"/device/start", true},
+		{"/device/start/", false},
+		{"/device/starts", false},
+		{"/device", false},
+		{"/device/poll", false},
+		{"/api/", true},
+		{"/api", false},
+		{"/api/v1", false},
+	}
+	for _, c := range cases {
+		for _, m := range methods {
+			before, beforeRan := store.applies.Load(), ran.Load()
+			rec := serve(h, m, c.path, "198.51.100.4:1234")
+			calls := store.applies.Load() - before
+			switch {
+			case c.selected && calls != 1:
+				t.Errorf("%s %s: %d store calls, want 1", m, c.path, calls)
+			case !c.selected && calls != 0:
+				t.Errorf("%s %s: %d store calls, want 0", m, c.path, calls)
+			}
+			if ran.Load()-beforeRan != 1 || rec.Code != http.StatusOK {
+				t.Errorf("%s %s: answered %d without running the handler", m, c.path, rec.Code)
+			}
+			_, hasFields := rec.Result().Header[http.CanonicalHeaderKey(httplimit.FieldRateLimit)]
+			if hasFields != c.selected {
+				t.Errorf("%s %s: RateLimit field present = %v, want %v", m, c.path, hasFields, c.selected)
+			}
+		}
+	}
+}
+
+// "/*" selects every path.
+func TestEveryPathRoute(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	store := &countingStore{Store: mem}
+	h, _ := stage(t, config(store, 100, "/*"))
+	for _, p := range []string{"/", "/a", "/a/b/"} {
+		serve(h, http.MethodGet, p, "192.0.2.1:1")
+	}
+	if n := store.applies.Load(); n != 3 {
+		t.Fatalf("%d store calls, want 3", n)
+	}
+}
+
+// A rejection is 429 with the JSON body, Retry-After until the window's end,
+// and no call to the protected handler; a rejected request charges
+// nothing, and the next window admits again.
+func TestRejection(t *testing.T) {
+	mem, clock := newMem(t, 100)
+	h, ran := stage(t, config(mem, 2, "/login"))
+	clock.Set(epoch.Add(15*time.Second + 200*time.Millisecond))
+	for range 2 {
+		if code := serve(h, http.MethodPost, "/login", "192.0.2.9:1").Code; code != http.StatusOK {
+			t.Fatalf("allowed request answered %d", code)
+		}
+	}
+	for range 3 {
+		rec := serve(h, http.MethodPost, "/login", "192.0.2.9:1")
+		if rec.Code != http.StatusTooManyRequests {
+			t.Fatalf("third request answered %d, want 429", rec.Code)
+		}
+		var body map[string]string
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || len(body) != 1 || body["error"] != "RATE_LIMITED" {
+			t.Fatalf("body %q (%v), want {\"error\":\"RATE_LIMITED\"}", rec.Body, err)
+		}
+		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("Content-Type %q", ct)
+		}
+		// 44.8 s to the end of the minute, rounded up.
+		if ra := rec.Header().Get("Retry-After"); ra != "45" {
+			t.Fatalf("Retry-After %q, want 45", ra)
+		}
+	}
+	if ran.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2", ran.Load())
+	}
+	clock.Set(epoch.Add(time.Minute))
+	if code := serve(h, http.MethodPost, "/login", "192.0.2.9:1").Code; code != http.StatusOK {
+		t.Fatalf("next window answered %d, want 200", code)
+	}
+}
+
+// Retry-After is never 0: a rejection in the last millisecond of a window
+// still says 1.
+func TestRetryAfterAtLeastOne(t *testing.T) {
+	mem, clock := newMem(t, 100)
+	h, _ := stage(t, config(mem, 1, "/login"))
+	clock.Set(epoch.Add(time.Minute - time.Millisecond))
+	serve(h, http.MethodPost, "/login", "192.0.2.9:1")
+	rec := serve(h, http.MethodPost, "/login", "192.0.2.9:1")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("answered %d with Retry-After %q, want 429 and 1", rec.Code, rec.Header().Get("Retry-After"))
+	}
+}
+
+// A store failure or a full store never runs the protected route: the
+// default answer is 503 with a problem document, and OnError receives the
+// store's error to branch on.
+func TestStoreFailureNeverRunsTheRoute(t *testing.T) {
+	for _, cause := range []error{engine.ErrUnavailable, engine.ErrCapacity, engine.ErrClosed, errors.New("disk on fire")} {
+		t.Run(cause.Error(), func(t *testing.T) {
+			store := &failingStore{err: fmt.Errorf("wrapped: %w", cause)}
+			h, ran := stage(t, config(store, 10, "/login"))
+			rec := serve(h, http.MethodPost, "/login", "192.0.2.1:1")
+			if rec.Code != http.StatusServiceUnavailable || ran.Load() != 0 {
+				t.Fatalf("answered %d, handler ran %d times; want 503 and 0", rec.Code, ran.Load())
+			}
+			if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("Content-Type %q", ct)
+			}
+			var problem struct {
+				Status int    `json:"status"`
+				Detail string `json:"detail"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &problem); err != nil || problem.Status != 503 || !strings.Contains(problem.Detail, "rate limit could not be checked") {
+				t.Fatalf("body %s (%v)", rec.Body, err)
+			}
+			if strings.Contains(rec.Body.String(), "fire") {
+				t.Fatalf("body reveals the cause: %s", rec.Body)
+			}
+
+			// A custom handler sees the cause; the route still does not run.
+			cfg := config(store, 10, "/login")
+			var seen error
+			cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+				seen = err
+				w.WriteHeader(http.StatusTeapot)
+			}
+			h, ran = stage(t, cfg)
+			if code := serve(h, http.MethodPost, "/login", "192.0.2.1:1").Code; code != http.StatusTeapot || ran.Load() != 0 {
+				t.Fatalf("answered %d, handler ran %d times", code, ran.Load())
+			}
+			if !errors.Is(seen, cause) {
+				t.Fatalf("OnError got %v, want it to wrap %v", seen, cause)
+			}
+		})
+	}
+}
+
+// At the store's cap a new client is refused (503, never an allow), while
+// every client already held keeps its quota; once windows expire, the
+// swept keys make room again.
+func TestFullStoreRefusesNewClientsAndKeepsExistingQuotas(t *testing.T) {
+	const maxKeys, limit = 4, 3
+	mem, clock := newMem(t, maxKeys)
+	cfg := config(mem, limit, "/login")
+	var capacityErrors int
+	cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+		if errors.Is(err, engine.ErrCapacity) {
+			capacityErrors++
+		}
+		httplimit.WriteUnavailable(w, r, err)
+	}
+	h, ran := stage(t, cfg)
+	client := func(i int) string { return fmt.Sprintf("192.0.2.%d:1000", i+1) }
+
+	for i := range maxKeys {
+		if code := serve(h, http.MethodPost, "/login", client(i)).Code; code != http.StatusOK {
+			t.Fatalf("client %d answered %d", i, code)
+		}
+	}
+	newcomer := "198.51.100.1:1000"
+	for range 3 {
+		if code := serve(h, http.MethodPost, "/login", newcomer).Code; code != http.StatusServiceUnavailable {
+			t.Fatalf("new client at capacity answered %d, want 503", code)
+		}
+	}
+	if capacityErrors != 3 {
+		t.Fatalf("OnError saw %d engine.ErrCapacity, want 3", capacityErrors)
+	}
+	// Existing clients spend the rest of their quota, then are limited,
+	// never refused for capacity.
+	for i := range maxKeys {
+		for n := 1; n < limit; n++ {
+			if code := serve(h, http.MethodPost, "/login", client(i)).Code; code != http.StatusOK {
+				t.Fatalf("client %d request %d answered %d, want 200", i, n+1, code)
+			}
+		}
+		if code := serve(h, http.MethodPost, "/login", client(i)).Code; code != http.StatusTooManyRequests {
+			t.Fatalf("client %d over its limit answered %d, want 429", i, code)
+		}
+	}
+	if got := ran.Load(); got != maxKeys*limit {
+		t.Fatalf("handler ran %d times, want %d", got, maxKeys*limit)
+	}
+	if mem.Len() != maxKeys {
+		t.Fatalf("store holds %d keys, want %d", mem.Len(), maxKeys)
+	}
+
+	clock.Set(epoch.Add(time.Minute))
+	if code := serve(h, http.MethodPost, "/login", newcomer).Code; code != http.StatusOK {
+		t.Fatalf("after the windows expired the new client answered %d, want 200", code)
+	}
+}
+
+// Two stages on one store, one nested in the other, count independently:
+// each has its own routes, limit and prefix.
+func TestStagesComposeIndependently(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	outerCfg := config(mem, 5, "/api/*")
+	outerCfg.Prefix = "api"
+	innerCfg := config(mem, 2, "/api/login")
+	innerCfg.Prefix = "login"
+	outer, err := httplimit.New(outerCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := httplimit.New(innerCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	h := outer.Handler(inner.Handler(ok))
+
+	const c = "192.0.2.50:1"
+	want := []struct {
+		path string
+		code int
+	}{
+		{"/api/login", 200},
+		{"/api/login", 200},
+		{"/api/login", 429}, // the login stage's limit of 2; the api stage counted it (3 of 5)
+		{"/api/items", 200}, // 4 of 5
+		{"/api/items", 200}, // 5 of 5
+		{"/api/items", 429}, // the api stage's limit
+		{"/health", 200},    // neither stage
+	}
+	for i, w := range want {
+		if code := serve(h, http.MethodGet, w.path, c).Code; code != w.code {
+			t.Fatalf("request %d to %s answered %d, want %d", i, w.path, code, w.code)
+		}
+	}
+	if mem.Len() != 2 {
+		t.Fatalf("store holds %d keys, want one per stage", mem.Len())
+	}
+}
+
+// The store sees the stage's prefix and a hash, never the client's
+// address; the same client under another prefix or pepper is another
+// partition.
+func TestKeysAreHashedUnderThePrefix(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	store := &countingStore{Store: mem}
+	partitionOf := func(prefix, pepper string) string {
+		cfg := config(store, 10, "/login")
+		cfg.Prefix, cfg.Pepper = prefix, pepper
+		h, _ := stage(t, cfg)
+		before := len(store.partitions())
+		serve(h, http.MethodPost, "/login", "203.0.113.77:5000")
+		return store.partitions()[before]
+	}
+	const pepper = "0123456789abcdef0123456789abcdef"
+	a := partitionOf("login", "")
+	b := partitionOf("login", "")
+	c := partitionOf("signup", "")
+	d := partitionOf("login", pepper)
+	if a != b {
+		t.Fatalf("one client, one stage: partitions %q and %q", a, b)
+	}
+	if !strings.HasPrefix(a, "login:") || !strings.HasPrefix(c, "signup:") {
+		t.Fatalf("partitions %q, %q do not start with their prefix", a, c)
+	}
+	if strings.TrimPrefix(a, "login:") == strings.TrimPrefix(c, "signup:") || a == d {
+		t.Fatalf("prefix or pepper did not change the hash: %q %q %q", a, c, d)
+	}
+	for _, name := range store.partitions() {
+		if strings.Contains(name, "203.0.113.77") || strings.Contains(name, "203-0-113") {
+			t.Fatalf("raw address reached the store: %q", name)
+		}
+	}
+}
+
+// A custom key replaces the address; it is hashed too.
+func TestCustomKey(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	store := &countingStore{Store: mem}
+	cfg := config(store, 1, "/export")
+	cfg.Key = func(r *http.Request) string { return r.Header.Get("X-Api-Key") }
+	h, _ := stage(t, cfg)
+	send := func(key, remote string) int {
+		req := httptest.NewRequest(http.MethodGet, "/export", nil)
+		req.RemoteAddr = remote
+		req.Header.Set("X-Api-Key", key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if send("key-a", "192.0.2.1:1") != 200 || send("key-a", "192.0.2.2:1") != 429 || send("key-b", "192.0.2.1:1") != 200 {
+		t.Fatal("the custom key did not decide the quota")
+	}
+	for _, name := range store.partitions() {
+		if strings.Contains(name, "key-a") {
+			t.Fatalf("raw key reached the store: %q", name)
+		}
+	}
+}
+
+// Forwarded addresses count only through a trusted proxy.
+func TestTrustedProxy(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	cfg := config(mem, 1, "/login")
+	trust, err := clientip.TrustCIDRs("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientIP.TrustProxy = trust
+	h, _ := stage(t, cfg)
+	send := func(remote, xff string) int {
+		req := httptest.NewRequest(http.MethodPost, "/login", nil)
+		req.RemoteAddr = remote
+		req.Header.Set("X-Forwarded-For", xff)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// Two clients behind the proxy: one quota each.
+	if send("10.0.0.1:1", "192.0.2.1") != 200 || send("10.0.0.1:1", "192.0.2.2") != 200 {
+		t.Fatal("clients behind the trusted proxy shared a quota")
+	}
+	if send("10.0.0.1:1", "192.0.2.1") != 429 {
+		t.Fatal("a forwarded client escaped its quota")
+	}
+	// An untrusted peer cannot pick a fresh key with the header.
+	if send("198.51.100.9:1", "192.0.2.77") != 200 || send("198.51.100.9:1", "192.0.2.78") != 429 {
+		t.Fatal("an untrusted peer chose its key through X-Forwarded-For")
+	}
+}
+
+// A Policy decides each request's quota; differently named quotas count
+// apart, and a failing or invalid policy never runs the route.
+func TestPolicy(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	cfg := config(mem, 0, "/api/*")
+	cfg.Quota = httplimit.Quota{}
+	cfg.Policy = httplimit.PolicyFunc(func(r *http.Request) (httplimit.Quota, error) {
+		switch r.Header.Get("X-Plan") {
+		case "pro":
+			return httplimit.Quota{Name: "pro", Limit: 3, Window: time.Hour}, nil
+		case "free":
+			return httplimit.Quota{Name: "free", Limit: 1, Window: time.Minute}, nil
+		case "broken":
+			return httplimit.Quota{Name: "broken", Limit: 0, Window: time.Minute}, nil
+		}
+		return httplimit.Quota{}, errors.New("no plan")
+	})
+	var errs []error
+	cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+		errs = append(errs, err)
+		httplimit.WriteUnavailable(w, r, err)
+	}
+	h, ran := stage(t, cfg)
+	send := func(plan string) (int, string) {
+		req := httptest.NewRequest(http.MethodGet, "/api/q", nil)
+		req.RemoteAddr = "192.0.2.1:1"
+		req.Header.Set("X-Plan", plan)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Header().Get(httplimit.FieldPolicy)
+	}
+	for i, want := range []int{200, 200, 200, 429} {
+		if code, policy := send("pro"); code != want || policy != `"pro";q=3;w=3600` {
+			t.Fatalf("pro request %d: %d %q", i, code, policy)
+		}
+	}
+	if code, policy := send("free"); code != 200 || policy != `"free";q=1;w=60` {
+		t.Fatalf("free request: %d %q", code, policy)
+	}
+	before := ran.Load()
+	for _, plan := range []string{"broken", "none"} {
+		if code, _ := send(plan); code != http.StatusServiceUnavailable {
+			t.Fatalf("plan %q answered %d, want 503", plan, code)
+		}
+	}
+	if ran.Load() != before || len(errs) != 2 || !errors.Is(errs[0], httplimit.ErrInvalidConfig) {
+		t.Fatalf("handler ran %d more times; errors %v", ran.Load()-before, errs)
+	}
+}
+
+// Every kind of window runs behind the stage and reports consistent
+// fields.
+func TestWindowKinds(t *testing.T) {
+	for _, kind := range []algo.Kind{algo.KindFixed, algo.KindSliding, algo.KindLog, algo.KindGCRA} {
+		t.Run(kind.String(), func(t *testing.T) {
+			mem, _ := newMem(t, 100)
+			cfg := config(mem, 3, "/q")
+			cfg.Quota.Kind = kind
+			h, ran := stage(t, cfg)
+			for range 10 {
+				rec := serve(h, http.MethodGet, "/q", "192.0.2.1:1")
+				if rec.Code == http.StatusTooManyRequests && rec.Header().Get("Retry-After") == "" {
+					t.Fatal("rejection without Retry-After")
+				}
+			}
+			if ran.Load() != 3 {
+				t.Fatalf("admitted %d of 10, want 3", ran.Load())
+			}
+		})
+	}
+}
+
+// The stage logs the start of a run of failures once and its end once,
+// without the client's address.
+func TestFailureLogging(t *testing.T) {
+	var buf bytes.Buffer
+	store := &switchStore{}
+	mem, _ := newMem(t, 100)
+	store.ok = mem
+	cfg := config(store, 100, "/login")
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	h, _ := stage(t, cfg)
+	store.err = engine.ErrUnavailable
+	for range 5 {
+		serve(h, http.MethodPost, "/login", "203.0.113.5:1")
+	}
+	store.err = nil
+	for range 5 {
+		serve(h, http.MethodPost, "/login", "203.0.113.5:1")
+	}
+	logs := buf.String()
+	if n := strings.Count(logs, "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs)
+	}
+	if n := strings.Count(logs, "level=INFO"); n != 1 {
+		t.Fatalf("%d notices, want 1:\n%s", n, logs)
+	}
+	if strings.Contains(logs, "203.0.113.5") {
+		t.Fatalf("log holds the client's address:\n%s", logs)
+	}
+}
+
+// switchStore fails with err while it is set, and otherwise runs ok.
+type switchStore struct {
+	ok  engine.Store
+	err error
+}
+
+func (s *switchStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.ok.Apply(ctx, b, out)
+}
+
+func (s *switchStore) Close() error { return nil }
+
+// A cancelled request is not counted as a store failure in the logs, and
+// does not run the route.
+func TestCancelledRequest(t *testing.T) {
+	var buf bytes.Buffer
+	mem, _ := newMem(t, 100)
+	cfg := config(mem, 10, "/login")
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	h, ran := stage(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/login", nil)
+	req.RemoteAddr = "192.0.2.1:1"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if ran.Load() != 0 || rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("cancelled request answered %d, ran %d", rec.Code, ran.Load())
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("cancellation logged: %s", buf.String())
+	}
+}
+
+// The default store holds DefaultMaxKeys clients; the next one is refused,
+// never admitted uncounted. The log window keeps every record for the
+// window's full length after its request, so no record can expire during
+// the test whatever the wall clock reads.
+func TestDefaultStoreIsCapped(t *testing.T) {
+	cfg := config(nil, 1, "/login")
+	cfg.Quota.Kind = algo.KindLog
+	cfg.Quota.Window = httplimit.MaxWindow
+	h, ran := stage(t, cfg)
+	for i := range httplimit.DefaultMaxKeys {
+		remote := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 1).String()
+		if code := serve(h, http.MethodPost, "/login", remote).Code; code != http.StatusOK {
+			t.Fatalf("client %d answered %d", i, code)
+		}
+	}
+	if code := serve(h, http.MethodPost, "/login", "192.0.2.1:1").Code; code != http.StatusServiceUnavailable {
+		t.Fatalf("client %d answered %d, want 503", httplimit.DefaultMaxKeys+1, code)
+	}
+	if ran.Load() != httplimit.DefaultMaxKeys {
+		t.Fatalf("handler ran %d times", ran.Load())
+	}
+}
+
+// Requests without a usable peer address share one quota rather than
+// escaping it.
+func TestMissingPeerSharesOneQuota(t *testing.T) {
+	mem, _ := newMem(t, 100)
+	h, _ := stage(t, config(mem, 1, "/login"))
+	if code := serve(h, http.MethodPost, "/login", "").Code; code != http.StatusOK {
+		t.Fatalf("first request without a peer answered %d", code)
+	}
+	if code := serve(h, http.MethodPost, "/login", "not an address").Code; code != http.StatusTooManyRequests {
+		t.Fatalf("second request without a peer answered %d, want 429", code)
+	}
+}

@@ -1,0 +1,316 @@
+package httplimit
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+// Limiter is one rate-limit stage. Its Handler method is the middleware.
+// A Limiter is safe for concurrent use, and holds no goroutines or timers:
+// it needs no closing (close a Store you passed in yourself).
+type Limiter struct {
+	routes  routes
+	prefix  string
+	eng     *engine.Engine
+	key     func(*http.Request) string
+	policy  Policy
+	static  *compiled // the quota of every request when policy is nil
+	headers Headers
+	onError func(http.ResponseWriter, *http.Request, error)
+	log     *slog.Logger
+
+	hashers sync.Pool // *hasher
+	results sync.Pool // *engine.StepResult
+
+	mu       sync.RWMutex
+	compiled map[Quota]*compiled // the Policy's quotas seen so far, at most maxCompiled
+
+	failing atomic.Bool // the last check failed
+}
+
+// New returns the stage cfg describes, or an error wrapping
+// ErrInvalidConfig.
+func New(cfg Config) (*Limiter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		routes:  compileRoutes(cfg.Routes),
+		prefix:  cfg.Prefix,
+		key:     cfg.Key,
+		policy:  cfg.Policy,
+		headers: cfg.Headers,
+		onError: cfg.OnError,
+		log:     cfg.Logger,
+	}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.onError == nil {
+		l.onError = WriteUnavailable
+	}
+	if l.key == nil {
+		ipcfg := cfg.ClientIP
+		if ipcfg.Logger == nil {
+			ipcfg.Logger = l.log
+		}
+		res, err := clientip.New(ipcfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: ClientIP: %w", ErrInvalidConfig, err)
+		}
+		l.key = res.Key
+	}
+	store := cfg.Store
+	if store == nil {
+		mcfg := memstore.DefaultConfig()
+		mcfg.MaxKeys = DefaultMaxKeys
+		mem, err := memstore.New(mcfg)
+		if err != nil {
+			return nil, err
+		}
+		store = mem
+	}
+	l.eng = engine.New(store)
+	l.compiled = make(map[Quota]*compiled)
+	if l.policy == nil {
+		c, err := compile(cfg.Quota)
+		if err != nil {
+			return nil, err
+		}
+		l.static = c
+	}
+	pepper := []byte(cfg.Pepper)
+	seed := hashSeed(cfg.Prefix)
+	l.hashers.New = func() any { return &hasher{mac: hmac.New(sha256.New, pepper), seed: seed} }
+	l.results.New = func() any { return new(engine.StepResult) }
+	return l, nil
+}
+
+// Handler returns next behind the stage: a request on a selected route is
+// counted against its client's quota and runs next only if it is allowed;
+// every other request goes straight to next, without touching the store.
+//
+// A rejected request is answered 429 Too Many Requests with the JSON body
+// {"error":"RATE_LIMITED"} and Retry-After: the whole seconds, rounded up
+// and at least 1, until the same request would be admitted (for a fixed
+// window, the window's end). A request whose quota could not be checked is
+// handed to Config.OnError. Allowed and rejected responses carry the fields
+// of Config.Headers.
+//
+// Handler's type is func(http.Handler) http.Handler, the middleware of
+// net/http, chi (Use, With), and echo through echo.WrapMiddleware.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !l.routes.match(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		out := l.results.Get().(*engine.StepResult)
+		d, err := l.check(r, out)
+		l.results.Put(out)
+		if err != nil {
+			l.failed(err)
+			l.onError(w, r, err)
+			return
+		}
+		if l.failing.Load() && l.failing.CompareAndSwap(true, false) {
+			l.log.Info("httplimit: quota checks succeed again", "prefix", l.prefix)
+		}
+		l.writeFields(w.Header(), &d)
+		if !d.allowed {
+			writeRejection(w, d.retryAfter)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// decision is the outcome of one check, with every delay measured by the
+// store's clock.
+type decision struct {
+	q          *compiled
+	allowed    bool
+	remaining  int64
+	retryAfter int64 // ms until the same request would be admitted; 0 if allowed
+	resetIn    int64 // ms until the window is next empty
+	resetAt    int64 // the Unix ms of that instant, by the store's clock
+}
+
+// check counts r against its quota.
+func (l *Limiter) check(r *http.Request, out *engine.StepResult) (decision, error) {
+	q := l.static
+	if q == nil {
+		quota, err := l.policy.Quota(r)
+		if err != nil {
+			return decision{}, fmt.Errorf("httplimit: policy: %w", err)
+		}
+		if q, err = l.compilePolicy(quota); err != nil {
+			return decision{}, fmt.Errorf("httplimit: policy: %w", err)
+		}
+	}
+	partition := l.partition(l.key(r))
+	if err := l.eng.Apply(r.Context(), partition, out, q.cmds...); err != nil {
+		return decision{}, err
+	}
+	if len(out.Results) != len(q.cmds) {
+		return decision{}, fmt.Errorf("%w: httplimit: %d results for %d commands", engine.ErrCorrupt, len(out.Results), len(q.cmds))
+	}
+	hit, ttl := &out.Results[0], &out.Results[1]
+	d := decision{q: q, allowed: hit.Allowed, remaining: hit.Remaining, resetAt: hit.ResetAt}
+	// The store reports delays, never its current time: the window's
+	// remaining life is read in the same batch (kv.ttl), so the caller's
+	// clock is never consulted.
+	if ttl.Found {
+		d.resetIn = ttl.TTLMs
+	} else {
+		d.resetIn = q.windowMs
+	}
+	if !d.allowed {
+		d.retryAfter = hit.RetryAfterMs
+		d.resetIn = hit.RetryAfterMs
+	}
+	return d, nil
+}
+
+// maxCompiled bounds the quotas of a Policy kept compiled. A policy
+// returns a handful of distinct quotas (one per plan or tier); past the
+// bound, further ones are compiled for each request.
+const maxCompiled = 256
+
+// compilePolicy returns q compiled, from the cache when it was seen before.
+func (l *Limiter) compilePolicy(q Quota) (*compiled, error) {
+	l.mu.RLock()
+	c, ok := l.compiled[q]
+	l.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	c, err := compile(q)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if len(l.compiled) < maxCompiled {
+		l.compiled[q] = c
+	}
+	l.mu.Unlock()
+	return c, nil
+}
+
+// failed logs the first of a run of failed checks. A cancelled request is
+// its client's doing, not a failure of the store.
+func (l *Limiter) failed(err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+	if !l.failing.Load() && l.failing.CompareAndSwap(false, true) {
+		l.log.Warn("httplimit: quota checks failing; requests are refused until they succeed", "prefix", l.prefix, "err", err)
+	}
+}
+
+// compiled is a validated quota with its commands and static fields built.
+type compiled struct {
+	quota    Quota
+	windowMs int64
+	cmds     []engine.Command // win.hit, then kv.ttl of the same window
+	item     string           // the quota's name as a Structured Field Item
+	policy   string           // the RateLimit-Policy field
+	limit    string           // X-RateLimit-Limit
+}
+
+func compile(q Quota) (*compiled, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	q.Name, q.Kind = q.name(), q.kind()
+	// The window key names the quota and its kind, so that a quota renamed
+	// or moved to another algorithm starts afresh instead of meeting a
+	// record of another kind.
+	key := q.Name + ":" + q.Kind.String()
+	win := engine.Window{Key: key, Kind: q.Kind, Limit: q.Limit, WindowMs: q.Window.Milliseconds()}
+	c := &compiled{
+		quota:    q,
+		windowMs: win.WindowMs,
+		cmds:     []engine.Command{engine.Hit(1, win), engine.TTL(key)},
+		limit:    strconv.FormatInt(q.Limit, 10),
+	}
+	var err error
+	if c.policy, err = policyField(q); err != nil {
+		return nil, fmt.Errorf("%w: quota %q: %w", ErrInvalidConfig, q.Name, err)
+	}
+	if c.item, err = nameItem(q.Name); err != nil {
+		return nil, fmt.Errorf("%w: quota %q: %w", ErrInvalidConfig, q.Name, err)
+	}
+	return c, nil
+}
+
+// Partitions are named by the prefix and a hash of the client key:
+//
+//	prefix ":" hex(HMAC-SHA256(pepper, "sluice/httplimit" 0 prefix 0 key)[:16])
+//
+// so a raw client address never reaches the store, equal keys under two
+// prefixes are unrelated, and no two prefixes share a partition (the hash
+// has a fixed length and no colon). 128 bits make a collision between two
+// clients' quotas negligible.
+const (
+	hashPurpose = "sluice/httplimit"
+	hashBytes   = 16
+)
+
+// hashSeed is what every hashed key starts with for prefix.
+func hashSeed(prefix string) []byte {
+	return append(append(append([]byte(hashPurpose), 0), prefix...), 0)
+}
+
+// hasher is a pooled keyed hash with its scratch space. The sum lives
+// here rather than on the stack: Sum is called through an interface, so a
+// local array would escape to the heap on every request.
+type hasher struct {
+	mac  hash.Hash
+	seed []byte
+	buf  []byte
+	sum  [sha256.Size]byte
+}
+
+// partition returns the partition of key's quota.
+func (l *Limiter) partition(key string) string {
+	h := l.hashers.Get().(*hasher)
+	h.mac.Reset()
+	h.buf = append(append(h.buf[:0], h.seed...), key...)
+	h.mac.Write(h.buf)
+	h.mac.Sum(h.sum[:0])
+	var hexSum [2 * hashBytes]byte
+	hex.Encode(hexSum[:], h.sum[:hashBytes])
+	if cap(h.buf) <= 1024 {
+		l.hashers.Put(h) // a huge custom key's buffer is left to the GC
+	}
+	var b strings.Builder
+	b.Grow(len(l.prefix) + 1 + len(hexSum))
+	b.WriteString(l.prefix)
+	b.WriteByte(':')
+	b.Write(hexSum[:])
+	return b.String()
+}
+
+// seconds rounds a delay in milliseconds up to whole seconds.
+func seconds(ms int64) int64 {
+	if ms <= 0 {
+		return 0
+	}
+	return (ms + 999) / 1000
+}
