@@ -1,0 +1,128 @@
+/*
+Package pace runs your own calls to a rate-limited upstream when a limiter
+shared by every process allows: [Call] takes a function, not a request, and
+the shared limiter decides when it runs, while the work — payloads,
+credentials, the response — stays in your process.
+
+	var billing = pace.Define("billing-api") // package level: no I/O
+
+	reg := pace.NewRegistry(store) // the store every process shares
+	inv, err := pace.Call(ctx, billing.Bind(reg), func(ctx context.Context) (*Invoice, error) {
+		return fetchInvoice(ctx, id) // builds its request afresh each time
+	})
+
+# When to use it
+
+Use pace where many processes — replicas, workers, cron jobs, several
+applications on one API key — call one upstream whose limit they must share,
+and an in-process limiter would let each of them spend the whole limit. For
+an http.Client, [RoundTripper] paces every request without touching the
+call sites. To protect your own HTTP routes from clients, use package
+httplimit; for a plain "may this caller go ahead?" check against a server,
+use the client package's Guard.
+
+The limiter lives in a store, and every process sharing the limit must use
+the same store: the embedded store behind `sluice serve`, reached through
+the client package, or, within one process, store/memstore or
+store/diskstore. Nothing here knows which.
+
+# Defining, configuring, binding
+
+A [Limiter] is a name plus the defaults of its calls — hooks, retry and
+drop policies — and defining one does no I/O, so it belongs at package
+level. Its limits are not part of the definition: they are stored with the
+limiter's state by [Registry.Configure], so every process shares them and
+a change needs no deploy. There is no default configuration: a call through
+a name that was never configured fails at once with [ErrNoSuchLimiter],
+because a mistyped name must not silently become a second limiter pacing at
+the full rate against the same upstream. [Registry.Reconfigure] patches a
+live limiter, [Registry.Stats] reports on one and [Registry.List] names
+them all. [Limiter.Bind] joins a limiter to a registry: what [Call] and
+[RoundTripper] take.
+
+Set [Config.Limit] and [Config.Window] to the upstream's limit, verbatim:
+"100 per minute" is Limit 100 and Window one minute. A rested limiter may
+spend all of it at once, and no rolling window ever holds more.
+
+# How a call waits
+
+A call through a limiter with a concurrency cap first takes a lease on the
+cap (polling while it is full), then a slot in the limiter's exact sliding
+log of grants: at once if the window has room, or a slot reserved in the
+future within [Config.MaxWait] (or the context's deadline, if sooner). The
+lease comes first so that a call starts at its slot: a call held back by
+the cap after its grant would start late, and late starts bunch up into a
+window holding more than the limit. The call sleeps until its slot and
+claims it; fn runs with the lease held, renewed while fn runs, and released
+when it returns. A crashed caller's lease expires after [Config.LeaseTTL].
+
+The reservation is in the store, not in a connection or a queue in memory:
+a caller sleeping on its slot does not talk to the store, so a store
+restart while it sleeps costs it neither its place nor a drop. When the
+slot comes the claim checks it again: a penalty recorded meanwhile moves
+it, so a call never starts before its slot nor before a penalty's deadline.
+
+# Backpressure
+
+An upstream rate limit seen by one caller pauses every caller of the
+limiter, in every process: an [*http.Response] with status 429, or a
+[RateLimitHook]'s verdict on a response that hides its limit in a body. The
+pause lasts until the Retry-After the upstream gave, in seconds or as an
+HTTP date, from an http.Header or a plain map ([RetryAfter],
+[RetryAfterMap]), or for the retry policy's backoff when it gave none.
+Concurrent pauses do not stack: the deadline is the latest of them, so
+pauses of 5 s, 60 s and 5 s wait 60 s. Nor does a pause reopen a full
+window: the window recovering at the deadline offers at most
+[Config.RefillFraction] of the limit (one half by default), because a full
+window aimed at an upstream that just asked for backoff trips it again.
+
+Hooks resolve call site first, then the limiter's default, then the
+built-in HTTP rules, each falling through on nil; the HTTP rules always
+apply, so a hook written for one odd endpoint never disables real 429
+handling. Keep the two hooks apart: a rate-limit verdict pauses every
+caller, an [ErrorHook]'s failure retries one call.
+
+# Retries and drops
+
+A rate-limited attempt is retried after the pause; a failed one — fn's
+error, or an error hook's verdict — after the backoff of [Retry], if it is
+retryable (fn's errors are, unless marked [Permanent] or a context error).
+A client error other than 429 is an answer, not a failure: it comes back as
+it is, once. fn runs again for each retry, so it must build its request
+afresh each time.
+
+A call can also be dropped: the store fails while the call waits, before fn
+started. Drops are retried ([WithDropRetries], 5 by default, each observed
+by [WithOnDrop]), each resuming from the durable state — a dropped call
+keeps its slot — and when they run out the call fails with [ErrDropped].
+fn never having run, it is always safe to call again. A failure after fn
+started is never retried as a drop: it cannot be told from a finished call,
+and retrying could send a payment twice. Make such work idempotent, or
+reconcile it.
+
+# Guarantees and limits
+
+  - No rolling window of the log holds more than the limit, across every
+    process, and no call starts before its slot.
+  - Never more than [Config.Concurrency] leases are live: more calls run
+    at once only if a lease expires under a call that could not renew it
+    (a stalled process, a store unreachable for a whole TTL), which is
+    logged.
+  - Waiting for a lease is polling (from 10 ms, backing off to 1 s, and
+    woken at once by a lease released in the same process): it holds no
+    place in the store, and a poll that meets a store failure is a drop.
+  - A call that gives up while holding a reservation (its context ends, or
+    its limiter is reconfigured) leaves its grant in the log, unused: it
+    costs allowance, never admits more than the limit.
+  - Configuring a limiter rejects the calls waiting on it with
+    [ErrReconfigured]: those bound to the same Registry at once, others
+    when they next reach the store. The log of grants is kept, so configuring never hands
+    out a fresh allowance. Configure from one place: several processes
+    configuring at once may lose a name from List.
+  - The limiter holds no work: if a caller goes away its call goes with it.
+    It owns only the timing.
+
+[Registry] is the in-process face of the limiters of one store; a server
+exposing it to other processes serves the same methods.
+*/
+package pace

@@ -1,0 +1,116 @@
+package pace_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/pace"
+	"github.com/sluicehq/sluice/store/diskstore"
+)
+
+// restartable is the embedded durable store behind a stand-in for a
+// server: it can be restarted, and answers engine.ErrUnavailable while it
+// is down, as a client of a restarting server does.
+type restartable struct {
+	t   *testing.T
+	cfg diskstore.Config
+	mu  sync.RWMutex
+	s   *diskstore.Store // nil while down
+}
+
+func openRestartable(t *testing.T) *restartable {
+	cfg := diskstore.DefaultConfig()
+	cfg.Dir, cfg.FS = "db", vfs.NewMem()
+	r := &restartable{t: t, cfg: cfg}
+	r.start()
+	return r
+}
+
+func (r *restartable) start() {
+	s, err := diskstore.Open(r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.s = s
+	r.mu.Unlock()
+}
+
+func (r *restartable) stop() {
+	r.mu.Lock()
+	s := r.s
+	r.s = nil
+	r.mu.Unlock()
+	if err := s.Close(); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *restartable) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.s == nil {
+		return engine.ErrUnavailable
+	}
+	return r.s.Apply(ctx, b, out)
+}
+
+func (r *restartable) Close() error {
+	r.stop()
+	return nil
+}
+
+// Callers sleeping on their reservations while the durable store restarts
+// lose neither their place nor a drop, never run early, and the restarted
+// store hands out no fresh allowance.
+func TestWaitingSurvivesARestartOfTheDurableStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := openRestartable(t)
+		defer store.Close()
+		var d drops
+		reg := pace.NewRegistry(store)
+		configure(t, reg, "api", config(2, time.Second))
+		api := pace.Define("api", pace.WithOnDrop(d.observe)).Bind(reg)
+		start := time.Now()
+		var st starts
+		call := func() {
+			if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
+				st.add(since(start))
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(call)
+		}
+		synctest.Wait() // two ran; eight sleep on slots at 1, 1, 2, 2, 3, 3, 4, 4 s
+		time.Sleep(200 * time.Millisecond)
+		store.stop()
+		time.Sleep(500 * time.Millisecond)
+		store.start()
+		time.Sleep(4500*time.Millisecond - since(start))
+		wg.Go(call) // at 4.5 s the grants at 4 s still fill the window
+		wg.Wait()
+		at := st.sorted()
+		want := []time.Duration{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5}
+		if len(at) != len(want) {
+			t.Fatalf("%d calls ran, want %d", len(at), len(want))
+		}
+		for i := range want {
+			if at[i] != want[i]*time.Second {
+				t.Fatalf("calls started at %v, want at their slots %v s", at, want)
+			}
+		}
+		if n := len(d.events()); n != 0 {
+			t.Errorf("%d drops across the restart, want 0", n)
+		}
+	})
+}
