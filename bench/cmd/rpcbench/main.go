@@ -1,0 +1,165 @@
+// Command rpcbench measures Sluice's server over loopback side by side with
+// gubernator v2 and the bare HTTP and gRPC transports, in one process and
+// one run, and prints the medians over several rounds and the ratios
+// against Sluice's performance aims.
+//
+//	cd bench && go run ./cmd/rpcbench -duration 15s -clients 64 -rounds 5
+//
+// See bench/README.md.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/rpcbench"
+	"github.com/sluicehq/sluice/store/diskstore"
+)
+
+func main() {
+	var (
+		duration = flag.Duration("duration", 15*time.Second, "measured time of each configuration in each round")
+		warmup   = flag.Duration("warmup", 3*time.Second, "uncounted warm-up before each measurement")
+		clients  = flag.Int("clients", 64, "concurrent callers")
+		rounds   = flag.Int("rounds", 5, "rounds; every configuration runs once per round and the report gives medians")
+		keys     = flag.Int("keys", rpcbench.DefaultKeys, "distinct limiter keys the calls spread over")
+		only     = flag.String("only", "", "comma-separated configurations to run (default all): "+names())
+		dir      = flag.String("dir", "", "parent of the durable store's temporary data directory (default the system temporary directory)")
+		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
+		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
+	)
+	flag.Parse()
+	if *rounds < 1 || *duration <= 0 || *clients < 1 {
+		fmt.Fprintln(os.Stderr, "rpcbench: -rounds, -duration and -clients must be positive")
+		os.Exit(2)
+	}
+	cfgs, err := rpcbench.Select(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir}
+	policy := diskstore.SyncPolicy(*fsync)
+	if policy != diskstore.SyncAlways {
+		opts.Store = func(c *diskstore.Config) { c.Sync = policy }
+	}
+	fmt.Printf("machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Printf("command: go run ./cmd/rpcbench %s\n", strings.Join(os.Args[1:], " "))
+	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; Sluice's store: diskstore, fsync %s\n\n", *clients, *warmup, *duration, *rounds, *keys, policy)
+	if policy != diskstore.SyncAlways {
+		fmt.Printf("NOTE: fsync %s is not the durable configuration the aims are set for.\n\n", policy)
+	}
+
+	sum := &rpcbench.Summary{Configs: cfgs}
+	failed := false
+	for round := range *rounds {
+		for _, c := range cfgs {
+			r, err := rpcbench.Measure(ctx, c, opts)
+			if ctx.Err() != nil {
+				fmt.Fprintln(os.Stderr, "rpcbench: interrupted")
+				os.Exit(1)
+			}
+			if err != nil {
+				failed = true
+				fmt.Fprintf(os.Stderr, "round %d %-15s FAILED: %v\n", round+1, c.Name, err)
+				continue
+			}
+			sum.Add(round, r)
+			line := fmt.Sprintf("round %d %-15s %10.0f calls/s %12.0f decisions/s  p50 %7.2f ms  p99 %7.2f ms  cpu %6.1f µs/decision %.2f cores  errors %d  denied %d  load %s",
+				round+1, c.Name, r.CallsPerSec(), r.DecisionsPerSec(), ms(r.P50), ms(r.P99),
+				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg())
+			if r.FirstErr != nil {
+				line += fmt.Sprintf("  first error: %v", r.FirstErr)
+			}
+			fmt.Fprintln(os.Stderr, line)
+		}
+	}
+
+	fmt.Printf("Medians of %d rounds:\n\n", *rounds)
+	sum.WriteTable(os.Stdout)
+	fmt.Println()
+	sum.WriteAims(os.Stdout)
+
+	if *profile != "" {
+		fmt.Println()
+		for _, c := range cfgs {
+			path := *profile + "-" + c.Name + ".pprof"
+			if err := profileOne(ctx, c, opts, path); err != nil {
+				failed = true
+				fmt.Fprintf(os.Stderr, "profile %s FAILED: %v\n", c.Name, err)
+				continue
+			}
+			fmt.Printf("CPU profile of %s: %s\n", c.Name, path)
+		}
+	}
+	if *profile != "" {
+		fmt.Printf("\nServer side: go tool pprof -tagfocus=side=server -top %s-NAME.pprof; Pebble's own goroutines carry pebble=… labels instead; go tool pprof -tags shows the split.\n", *profile)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func profileOne(ctx context.Context, c rpcbench.Config, opts rpcbench.Options, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	opts.CPUProfile = f
+	r, err := rpcbench.Measure(ctx, c, opts)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		fmt.Fprintf(os.Stderr, "profiled %-15s %10.0f calls/s %12.0f decisions/s (not counted)\n", c.Name, r.CallsPerSec(), r.DecisionsPerSec())
+	}
+	return err
+}
+
+// loadAvg returns the one-minute load average on Linux, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func names() string {
+	var n []string
+	for _, c := range rpcbench.Configs() {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// cpuModel returns the processor's model name on Linux, or the architecture.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}

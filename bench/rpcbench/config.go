@@ -1,0 +1,86 @@
+// Package rpcbench measures Sluice's server over loopback side by side with
+// gubernator v2 and with the bare transports under both: decisions per
+// second and call latency for concurrent callers, every configuration in the
+// same process and the same run, so that their ratios mean something on a
+// shared, noisy machine.
+//
+// Each measurement starts its system afresh (a new durable store in a new
+// temporary directory, a new daemon, a new server), drives it, and stops it,
+// so no background work of one configuration (compactions, sweeps) runs
+// during another's measurement.
+package rpcbench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// DefaultKeys is the number of distinct limiter keys calls spread over.
+const DefaultKeys = 10_000
+
+// Config is one measured configuration: a system and the shape of its calls.
+type Config struct {
+	// Name identifies the configuration on the command line and in tables.
+	Name string
+	// Title describes it for a reader.
+	Title string
+	// PerCall is the number of rate-limit decisions one call carries; the
+	// floors carry one nominal decision (one request).
+	PerCall int
+	start   func(ctx context.Context, o Options) (instance, error)
+}
+
+// The configurations, in the order the harness runs them in each round.
+const (
+	HTTPFloor  = "http-floor"
+	GRPCFloor  = "grpc-floor"
+	Guber1     = "gubernator-1"
+	Guber100   = "gubernator-100"
+	Sluice1    = "sluice-1"
+	Sluice32   = "sluice-32"
+	guberBatch = 100
+	// sluiceSteps × sluiceCmds commands of one RPC: the request bound.
+	sluiceSteps = 4
+	sluiceCmds  = 8
+)
+
+// Configs returns every configuration, in run order.
+func Configs() []Config {
+	return []Config{
+		{Name: HTTPFloor, Title: "bare HTTP: trivial handler, same server timeouts and client transport", PerCall: 1, start: startHTTPFloor},
+		{Name: GRPCFloor, Title: "bare gRPC: unary health check", PerCall: 1, start: startGRPCFloor},
+		{Name: Guber1, Title: "gubernator v2, in memory, 1 check per call", PerCall: 1, start: startGuber(1)},
+		{Name: Guber100, Title: "gubernator v2, in memory, 100 checks per call", PerCall: guberBatch, start: startGuber(guberBatch)},
+		{Name: Sluice1, Title: "Sluice, durable (fsync always), 1 win.hit per RPC", PerCall: 1, start: startSluice(1, 1)},
+		{Name: Sluice32, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per RPC", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds)},
+	}
+}
+
+// Select returns the configurations named in a comma-separated list, in run
+// order; an empty list selects all of them.
+func Select(list string) ([]Config, error) {
+	all := Configs()
+	if strings.TrimSpace(list) == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for name := range strings.SplitSeq(list, ",") {
+		name = strings.TrimSpace(name)
+		found := false
+		for _, c := range all {
+			found = found || c.Name == name
+		}
+		if !found {
+			return nil, fmt.Errorf("rpcbench: unknown configuration %q", name)
+		}
+		want[name] = true
+	}
+	var out []Config
+	for _, c := range all {
+		if want[c.Name] {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}

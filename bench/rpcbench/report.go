@@ -1,0 +1,169 @@
+package rpcbench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Summary gathers the results of every round of one run.
+type Summary struct {
+	Configs []Config
+	// Rounds holds, per round, the result of each configuration by name.
+	Rounds []map[string]Result
+}
+
+// Add records r in round i.
+func (s *Summary) Add(round int, r Result) {
+	for len(s.Rounds) <= round {
+		s.Rounds = append(s.Rounds, map[string]Result{})
+	}
+	s.Rounds[round][r.Config] = r
+}
+
+func (s *Summary) results(name string) []Result {
+	var out []Result
+	for _, rd := range s.Rounds {
+		if r, ok := rd[name]; ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
+func medianOf(rs []Result, f func(Result) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return median(xs)
+}
+
+// Median returns the median over the rounds of f of configuration name, and
+// whether it was measured.
+func (s *Summary) Median(name string, f func(Result) float64) (float64, bool) {
+	rs := s.results(name)
+	return medianOf(rs, f), len(rs) > 0
+}
+
+// Decisions is Result.DecisionsPerSec as a function value.
+func Decisions(r Result) float64 { return r.DecisionsPerSec() }
+
+// Calls is Result.CallsPerSec as a function value.
+func Calls(r Result) float64 { return r.CallsPerSec() }
+
+// WriteTable writes a Markdown table of the medians over the rounds.
+func (s *Summary) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "| configuration | decisions per call | calls/s | decisions/s | p50 | p99 | CPU per decision | cores busy | errors | decisions/s per round |\n")
+	fmt.Fprintf(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, c := range s.Configs {
+		rs := s.results(c.Name)
+		if len(rs) == 0 {
+			continue
+		}
+		var errs uint64
+		per := make([]string, len(rs))
+		for i, r := range rs {
+			errs += r.Errors
+			per[i] = thousands(r.DecisionsPerSec())
+		}
+		p50 := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P50) }))
+		p99 := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P99) }))
+		cpu := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.CPUPerDecision()) }))
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.2f | %d | %s |\n",
+			c.Name, c.PerCall, thousands(medianOf(rs, Calls)), thousands(medianOf(rs, Decisions)),
+			latency(p50), latency(p99), micros(cpu), medianOf(rs, Result.Cores), errs, strings.Join(per, ", "))
+	}
+}
+
+// Aim is one target ratio between two configurations.
+type Aim struct {
+	Text      string
+	Num, Den  string
+	Measure   func(Result) float64
+	Want      float64
+	Reference float64 // an absolute figure for Num to compare with, if any
+}
+
+// Aims are the performance aims.
+var Aims = []Aim{
+	{Text: "Sluice 1/RPC ≥ 2× gubernator 1/call (decisions/s)", Num: Sluice1, Den: Guber1, Measure: Decisions, Want: 2},
+	{Text: "Sluice 32/RPC ≥ 3× gubernator 100/call (decisions/s)", Num: Sluice32, Den: Guber100, Measure: Decisions, Want: 3, Reference: 240_000},
+	{Text: "Sluice 1/RPC ≥ 0.7× bare HTTP floor (requests/s)", Num: Sluice1, Den: HTTPFloor, Measure: Calls, Want: 0.7},
+}
+
+// WriteAims writes each aim's ratio of medians, the spread of the ratio
+// within single rounds, and whether the aim is met.
+func (s *Summary) WriteAims(w io.Writer) {
+	fmt.Fprintf(w, "| aim | ratio of medians | median per-round ratio | per-round ratios | met |\n")
+	fmt.Fprintf(w, "|---|--:|--:|---|---|\n")
+	for _, a := range Aims {
+		num, ok1 := s.Median(a.Num, a.Measure)
+		den, ok2 := s.Median(a.Den, a.Measure)
+		if !ok1 || !ok2 || den == 0 {
+			continue
+		}
+		var per []string
+		var ratios []float64
+		for _, rd := range s.Rounds {
+			n, ok1 := rd[a.Num]
+			d, ok2 := rd[a.Den]
+			if ok1 && ok2 && a.Measure(d) > 0 {
+				ratios = append(ratios, a.Measure(n)/a.Measure(d))
+				per = append(per, fmt.Sprintf("%.2f", ratios[len(ratios)-1]))
+			}
+		}
+		ratio := num / den
+		met := "no"
+		if ratio >= a.Want {
+			met = "yes"
+		}
+		if a.Reference > 0 {
+			ref := "below"
+			if num >= a.Reference {
+				ref = "at or above"
+			}
+			met += fmt.Sprintf(" (%s/s: %s the %s/s reference)", thousands(num), ref, thousands(a.Reference))
+		}
+		fmt.Fprintf(w, "| %s | %.2f | %.2f | %s | %s |\n", a.Text, ratio, median(ratios), strings.Join(per, ", "), met)
+	}
+}
+
+// thousands formats x rounded to a whole number with comma separators.
+func thousands(x float64) string {
+	s := strconv.FormatInt(int64(x+0.5), 10)
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(ch)
+	}
+	return b.String()
+}
+
+// micros formats d in microseconds with one decimal.
+func micros(d time.Duration) string {
+	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+}
+
+// latency formats d in milliseconds with two decimals.
+func latency(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}

@@ -1,0 +1,106 @@
+package rpcbench
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSmoke sends a few hundred calls through every configuration and
+// checks that each succeeded with every decision present. It asserts
+// nothing about speed: it keeps the harness compiling and its systems
+// starting.
+func TestSmoke(t *testing.T) {
+	const calls = 300
+	for _, c := range Configs() {
+		t.Run(c.Name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			r, err := Measure(ctx, c, Options{Clients: 8, Calls: calls, Keys: 1000, Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Errors != 0 || r.Calls != calls {
+				t.Fatalf("%d calls succeeded and %d failed, want %d and 0; first error: %v", r.Calls, r.Errors, calls, r.FirstErr)
+			}
+			if r.Denied != 0 {
+				t.Errorf("%d of %d decisions denied, want every hit admitted", r.Denied, calls*c.PerCall)
+			}
+			if r.P50 <= 0 || r.P99 < r.P50 {
+				t.Errorf("latency p50 %v p99 %v", r.P50, r.P99)
+			}
+		})
+	}
+}
+
+// TestSelect checks configuration selection by name.
+func TestSelect(t *testing.T) {
+	all, err := Select("")
+	if err != nil || len(all) != len(Configs()) {
+		t.Fatalf("Select(\"\") = %d configurations, %v", len(all), err)
+	}
+	got, err := Select(Sluice32 + ", " + HTTPFloor)
+	if err != nil || len(got) != 2 || got[0].Name != HTTPFloor || got[1].Name != Sluice32 {
+		t.Fatalf("Select = %v, %v; want the two in run order", got, err)
+	}
+	if _, err := Select("nope"); err == nil {
+		t.Fatal("Select(nope) succeeded")
+	}
+}
+
+// TestHistogram checks the quantiles of known durations within the
+// histogram's 1 % precision.
+func TestHistogram(t *testing.T) {
+	var h histogram
+	for i := 1; i <= 1000; i++ {
+		h.record(time.Duration(i) * time.Microsecond)
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {1, time.Millisecond}} {
+		got := h.quantile(tc.q)
+		if d := got - tc.want; d < -tc.want/100 || d > tc.want/100 {
+			t.Errorf("quantile(%v) = %v, want %v ± 1 %%", tc.q, got, tc.want)
+		}
+	}
+	for _, ns := range []uint64{0, 1, 255, 256, 257, 1 << 20, 1<<40 + 12345, 1<<63 - 1} {
+		b := bucketOf(ns)
+		if b < 0 || b >= histBuckets {
+			t.Fatalf("bucketOf(%d) = %d out of range", ns, b)
+		}
+		if v := bucketValue(b); float64(v) < float64(ns)*0.99 || float64(v) > float64(ns)*1.01+1 {
+			t.Errorf("bucketValue(bucketOf(%d)) = %d, over 1 %% away", ns, v)
+		}
+	}
+}
+
+// TestReport checks that the tables name every measured configuration and
+// judge every aim whose two sides were measured.
+func TestReport(t *testing.T) {
+	s := &Summary{Configs: Configs()}
+	for round := range 3 {
+		for _, c := range Configs() {
+			calls := uint64(1000 * (round + 1))
+			s.Add(round, Result{Config: c.Name, PerCall: c.PerCall, Calls: calls, Elapsed: time.Second, CPU: time.Second, P50: time.Millisecond, P99: 2 * time.Millisecond})
+		}
+	}
+	var b strings.Builder
+	s.WriteTable(&b)
+	s.WriteAims(&b)
+	out := b.String()
+	for _, c := range Configs() {
+		if !strings.Contains(out, "| "+c.Name+" |") {
+			t.Errorf("table lacks %s:\n%s", c.Name, out)
+		}
+	}
+	for _, a := range Aims {
+		if !strings.Contains(out, a.Text) {
+			t.Errorf("aims lack %q:\n%s", a.Text, out)
+		}
+	}
+	if got, ok := s.Median(Sluice32, Decisions); !ok || got != 64_000 {
+		t.Errorf("median sluice-32 decisions/s = %v, %v; want 64000", got, ok)
+	}
+}

@@ -1,0 +1,257 @@
+package rpcbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/store/diskstore"
+)
+
+// Options bound one measurement. Exactly one of Duration and Calls is set:
+// a timed measurement (the harness) or a counted one (the smoke test).
+type Options struct {
+	// Clients is the number of concurrent callers, each making one call at
+	// a time, back to back.
+	Clients int
+	// Warmup is run, and not counted, before a timed measurement.
+	Warmup time.Duration
+	// Duration is the measured time.
+	Duration time.Duration
+	// Calls, when Duration is zero, is the number of calls to make; the
+	// measurement ends when they are done.
+	Calls int
+	// Keys is the number of distinct limiter keys the calls spread over.
+	Keys int
+	// Dir is where a durable store creates its temporary data directory;
+	// empty means the system's temporary directory.
+	Dir string
+	// Store adjusts the durable store's configuration, which starts as
+	// diskstore.DefaultConfig (fsync always); nil keeps it. For
+	// experiments, such as measuring what durability costs.
+	Store func(*diskstore.Config)
+	// CPUProfile, when set, receives a CPU profile of the measured time.
+	// Server goroutines carry the pprof label side=server and callers
+	// side=client, so the two can be told apart (go tool pprof -tagfocus).
+	CPUProfile io.Writer
+}
+
+// Result is one measurement of one configuration.
+type Result struct {
+	Config   string
+	PerCall  int // decisions per call
+	Calls    uint64
+	Errors   uint64
+	Denied   uint64 // decisions that were denials (still decisions)
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+	// CPU is the CPU time (user and system) the whole process — servers and
+	// callers — used during the measured time; zero where not measured.
+	CPU time.Duration
+	// FirstErr is the first error met, if any.
+	FirstErr error
+}
+
+// CallsPerSec returns successful calls per second.
+func (r Result) CallsPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Calls) / r.Elapsed.Seconds()
+}
+
+// DecisionsPerSec returns decisions per second: successful calls times the
+// decisions each carries.
+func (r Result) DecisionsPerSec() float64 { return r.CallsPerSec() * float64(r.PerCall) }
+
+// Cores returns the average number of cores the process kept busy.
+func (r Result) Cores() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / r.Elapsed.Seconds()
+}
+
+// CPUPerDecision returns the process CPU time, servers and callers
+// together, spent per decision. It depends much less than throughput on
+// what else runs on a shared machine.
+func (r Result) CPUPerDecision() time.Duration {
+	n := r.Calls * uint64(r.PerCall)
+	if n == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(n)
+}
+
+// instance is a running system under test with its callers' client.
+type instance interface {
+	// call makes one call for caller w. It fails if the call failed or its
+	// answer lacks a decision, and reports how many decisions were denials.
+	call(ctx context.Context, w *caller) (denied int, err error)
+	close() error
+}
+
+// caller is the state of one concurrent caller. Each has its own random
+// source and scratch, so callers share nothing but the client.
+type caller struct {
+	rng     *rand.Rand
+	hist    histogram
+	scratch any // the instance's per-caller request, reused between calls
+}
+
+var (
+	serverLabels = pprof.Labels("side", "server")
+	clientLabels = pprof.Labels("side", "client")
+)
+
+// asServer runs f with the side=server pprof label; goroutines f starts
+// (listeners, connection handlers, store background work) inherit it.
+func asServer(ctx context.Context, f func(context.Context) error) error {
+	var err error
+	pprof.Do(ctx, serverLabels, func(ctx context.Context) { err = f(ctx) })
+	return err
+}
+
+// The phases of a timed measurement.
+const (
+	phaseWarmup int32 = iota
+	phaseMeasure
+	phaseDone
+)
+
+// Measure starts cfg, drives it with o.Clients concurrent callers and stops
+// it. A timed measurement counts only calls that started and ended within
+// the measured time.
+func Measure(ctx context.Context, cfg Config, o Options) (Result, error) {
+	if o.Clients < 1 {
+		return Result{}, errors.New("rpcbench: at least one client")
+	}
+	if (o.Duration > 0) == (o.Calls > 0) {
+		return Result{}, errors.New("rpcbench: set exactly one of Duration and Calls")
+	}
+	if o.Keys < 1 {
+		o.Keys = DefaultKeys
+	}
+	runtime.GC() // start from a clean heap, not the previous configuration's
+	inst, err := cfg.start(ctx, o)
+	if err != nil {
+		return Result{}, fmt.Errorf("%s: starting: %w", cfg.Name, err)
+	}
+	res, runErr := drive(ctx, cfg, inst, o)
+	if err := inst.close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("%s: stopping: %w", cfg.Name, err)
+	}
+	return res, runErr
+}
+
+func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, error) {
+	var (
+		phase    atomic.Int32
+		tickets  atomic.Int64 // counted mode: calls left to hand out
+		calls    atomic.Uint64
+		errs     atomic.Uint64
+		denied   atomic.Uint64
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	timed := o.Duration > 0
+	if timed {
+		phase.Store(phaseWarmup)
+	} else {
+		phase.Store(phaseMeasure)
+		tickets.Store(int64(o.Calls))
+	}
+	callers := make([]*caller, o.Clients)
+	for i := range callers {
+		callers[i] = &caller{rng: rand.New(rand.NewPCG(uint64(i)+1, uint64(time.Now().UnixNano())))}
+	}
+	start := time.Now()
+	for _, w := range callers {
+		wg.Add(1)
+		go pprof.Do(ctx, clientLabels, func(ctx context.Context) {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				p := phase.Load()
+				if p == phaseDone {
+					return
+				}
+				if !timed && tickets.Add(-1) < 0 {
+					return
+				}
+				t0 := time.Now()
+				d, err := inst.call(ctx, w)
+				elapsed := time.Since(t0)
+				if p != phaseMeasure || phase.Load() != phaseMeasure {
+					continue // straddles the start or the end: not counted
+				}
+				if err != nil {
+					errs.Add(1)
+					errOnce.Do(func() { firstErr = err })
+					continue
+				}
+				calls.Add(1)
+				denied.Add(uint64(d))
+				w.hist.record(elapsed)
+			}
+		})
+	}
+	var measured, cpu time.Duration
+	if timed {
+		if !sleep(ctx, o.Warmup) {
+			phase.Store(phaseDone)
+			wg.Wait()
+			return Result{}, ctx.Err()
+		}
+		if o.CPUProfile != nil {
+			if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+				phase.Store(phaseDone)
+				wg.Wait()
+				return Result{}, err
+			}
+		}
+		cpu0, t0 := processCPU(), time.Now()
+		phase.Store(phaseMeasure)
+		sleep(ctx, o.Duration)
+		phase.Store(phaseDone)
+		measured, cpu = time.Since(t0), processCPU()-cpu0
+		if o.CPUProfile != nil {
+			pprof.StopCPUProfile()
+		}
+		wg.Wait()
+	} else {
+		cpu0 := processCPU()
+		wg.Wait()
+		measured, cpu = time.Since(start), processCPU()-cpu0
+	}
+	var h histogram
+	for _, w := range callers {
+		h.merge(&w.hist)
+	}
+	res := Result{
+		Config: cfg.Name, PerCall: cfg.PerCall,
+		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
+		Elapsed: measured, P50: h.quantile(0.50), P99: h.quantile(0.99), CPU: cpu,
+		FirstErr: firstErr,
+	}
+	return res, ctx.Err()
+}
+
+// sleep waits for d or ctx, reporting whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,201 @@
+package rpcbench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/diskstore"
+)
+
+// The window every benchmark hit charges: a GCRA window (Sluice's token
+// bucket, the algorithm gubernator uses by default) of BenchLimit per
+// BenchWindow, far above what a key receives in a run, so every hit is
+// admitted. A denial would still count as a decision.
+const (
+	BenchLimit  = 1_000_000
+	BenchWindow = time.Minute
+)
+
+// keysPerPartition is how many window keys share one partition: a tenant
+// with several limits. A 32-command RPC hits every key of 4 partitions.
+const keysPerPartition = sluiceCmds
+
+type sluiceSystem struct {
+	steps, cmds int
+	partitions  []string // partition names, by index
+	windowKeys  []string // window keys within a partition, by index
+
+	dir   string
+	store *diskstore.Store
+	http  *http.Server
+	cl    *client.Client
+	eng   *engine.Engine
+}
+
+// startSluice returns the start function of a Sluice configuration: a real
+// net/http server (the server package's handler and http.Server
+// constructor, default timeouts) on a loopback listener in this process,
+// over the durable diskstore with its default fsync policy (always) in a
+// fresh temporary directory, called through the client package.
+func startSluice(steps, cmds int) func(context.Context, Options) (instance, error) {
+	return func(ctx context.Context, o Options) (instance, error) {
+		s := &sluiceSystem{steps: steps, cmds: cmds}
+		nParts := max(o.Keys/keysPerPartition, steps)
+		s.partitions = make([]string, nParts)
+		for i := range s.partitions {
+			s.partitions[i] = "tenant-" + strconv.Itoa(i)
+		}
+		s.windowKeys = make([]string, keysPerPartition)
+		for i := range s.windowKeys {
+			s.windowKeys[i] = "limit-" + strconv.Itoa(i)
+		}
+		if err := s.start(ctx, o); err != nil {
+			_ = s.close()
+			return nil, err
+		}
+		return s, nil
+	}
+}
+
+func randomSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+func (s *sluiceSystem) start(ctx context.Context, o Options) error {
+	secret, pepper, token := randomSecret(), randomSecret(), randomSecret()
+	dir, err := os.MkdirTemp(o.Dir, "sluice-bench-")
+	if err != nil {
+		return err
+	}
+	s.dir = dir
+	var addr string
+	err = asServer(ctx, func(context.Context) error {
+		cfg := diskstore.DefaultConfig() // fsync always
+		if o.Store != nil {
+			o.Store(&cfg)
+		}
+		cfg.Dir = dir
+		st, err := diskstore.Open(cfg)
+		if err != nil {
+			return err
+		}
+		s.store = st
+		scfg := server.DefaultConfig()
+		scfg.Secrets = []string{secret}
+		scfg.OperatorToken = token
+		srv, err := server.NewHTTPServer(server.New(engine.New(st), scfg), server.DefaultHTTPConfig())
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		s.http = srv
+		addr = ln.Addr().String()
+		go func() { _ = srv.Serve(ln) }()
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.cl = client.New(client.Config{URL: "http://" + addr, Secret: secret, Pepper: pepper})
+	if err := s.cl.Err(); err != nil {
+		return err
+	}
+	if _, err := s.cl.Ping(ctx); err != nil {
+		return err
+	}
+	s.eng = engine.New(s.cl)
+	return nil
+}
+
+func hit(key string) engine.Command {
+	return engine.Hit(1, engine.Window{Key: key, Kind: algo.KindGCRA, Limit: BenchLimit, WindowMs: BenchWindow.Milliseconds()})
+}
+
+// request returns w's reusable request, built on first use.
+func (s *sluiceSystem) request(w *caller) *engine.Request {
+	if r, ok := w.scratch.(*engine.Request); ok {
+		return r
+	}
+	r := &engine.Request{Mode: engine.All, Steps: make([]engine.Step, s.steps)}
+	for i := range r.Steps {
+		r.Steps[i].Commands = make([]engine.Command, s.cmds)
+		for j := range r.Steps[i].Commands {
+			r.Steps[i].Commands[j] = hit(s.windowKeys[j])
+		}
+	}
+	w.scratch = r
+	return r
+}
+
+func (s *sluiceSystem) call(ctx context.Context, w *caller) (int, error) {
+	r := s.request(w)
+	if s.steps == 1 && s.cmds == 1 {
+		// One hit on one of the Keys limiter keys, chosen at random.
+		k := w.rng.IntN(len(s.partitions) * keysPerPartition)
+		r.Steps[0].Partition = s.partitions[k/keysPerPartition]
+		r.Steps[0].Commands[0].Windows[0].Key = s.windowKeys[k%keysPerPartition]
+	} else {
+		// Every key of s.steps consecutive partitions from a random one.
+		p := w.rng.IntN(len(s.partitions))
+		for i := range r.Steps {
+			r.Steps[i].Partition = s.partitions[(p+i)%len(s.partitions)]
+		}
+	}
+	r.OperationID = "" // a fresh id per call, made by the client
+	resp, err := s.eng.Do(ctx, r)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Steps) != s.steps {
+		return 0, fmt.Errorf("answer holds %d steps, want %d", len(resp.Steps), s.steps)
+	}
+	denied := 0
+	for i := range resp.Steps {
+		st := &resp.Steps[i]
+		if st.Skipped || len(st.Results) != s.cmds {
+			return 0, fmt.Errorf("step %d: skipped %v with %d results, want %d", i, st.Skipped, len(st.Results), s.cmds)
+		}
+		for j := range st.Results {
+			if !st.Results[j].Allowed {
+				denied++
+			}
+		}
+	}
+	return denied, nil
+}
+
+func (s *sluiceSystem) close() error {
+	var errs []error
+	if s.cl != nil {
+		errs = append(errs, s.cl.Close())
+	}
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, s.http.Shutdown(ctx))
+		cancel()
+	}
+	if s.store != nil {
+		errs = append(errs, s.store.Close())
+	}
+	if s.dir != "" {
+		errs = append(errs, os.RemoveAll(s.dir))
+	}
+	return errors.Join(errs...)
+}
