@@ -5,7 +5,10 @@ package engine_test
 // step hash. store/memstore's BenchmarkHit measures whole decisions; these
 // say where their time goes.
 //
-//	go test -run '^$' -bench . -benchmem -count 5 ./engine/
+//	for i in 1 2 3 4 5; do go test -run '^$' -bench . -benchmem -cpu 1,2 ./engine/; done | tee engine.txt
+//	benchstat engine.txt
+//
+// docs/benchmarks.md records the figures.
 
 import (
 	"context"

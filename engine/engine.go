@@ -50,7 +50,7 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 			}
 			b.Hash = h
 		}
-		if err := e.store.Apply(ctx, &b, &resp.Steps[i]); err != nil {
+		if err := e.apply(ctx, &b, &resp.Steps[i]); err != nil {
 			resp.Steps = resp.Steps[:i]
 			return resp, fmt.Errorf("step %d: %w", i, err)
 		}
@@ -64,22 +64,27 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 // allocation-free path for a single step: pass the same out and the same
 // cmds slice on every call.
 func (e *Engine) Apply(ctx context.Context, partition string, out *StepResult, cmds ...Command) error {
-	b := batches.Get().(*Batch)
-	*b = Batch{Partition: partition, Commands: cmds}
-	err := b.Validate()
-	if err == nil {
-		err = e.store.Apply(ctx, b, out)
+	b := Batch{Partition: partition, Commands: cmds}
+	if err := b.Validate(); err != nil {
+		return err
 	}
-	*b = Batch{} // hold no reference to the caller's commands while pooled
-	batches.Put(b)
+	return e.apply(ctx, &b, out)
+}
+
+// apply hands a copy of b to the store. The store is called through an
+// interface, so the compiler cannot prove that it keeps no pointer to the
+// Batch it is given, and would move a caller's Batch to the heap on every
+// call; a pooled copy keeps Apply free of allocations. A store keeps no
+// reference to a Batch after its Apply returns.
+func (e *Engine) apply(ctx context.Context, b *Batch, out *StepResult) error {
+	pb := batches.Get().(*Batch)
+	*pb = *b
+	err := e.store.Apply(ctx, pb, out)
+	*pb = Batch{} // hold no reference to the caller's commands while pooled
+	batches.Put(pb)
 	return err
 }
 
-// batches recycles the Batch that Apply hands to its store. The store is
-// called through an interface, so the compiler cannot prove that it keeps no
-// pointer to a Batch declared in Apply, and would move that Batch to the
-// heap on every call; a pooled one keeps Apply free of allocations. Stores
-// never keep a Batch past the return of Store.Apply.
 var batches = sync.Pool{New: func() any { return new(Batch) }}
 
 // Hash identifies a step's partition and commands for replay records: an

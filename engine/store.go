@@ -14,6 +14,9 @@ import (
 // nothing. A denial is a result, not an error. An error means the batch had
 // no effect, except ErrUnavailable, after which the outcome is unknown.
 //
+// A store keeps no reference to the Batch (or its Commands) after Apply
+// returns: the engine recycles it.
+//
 // Every store takes time from one clock of its own (never the caller's) and
 // passes store/storetest.
 type Store interface {

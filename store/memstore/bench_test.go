@@ -5,9 +5,11 @@ package memstore_test
 // limiter, and benchref.Buckets, a plain sharded map of float token buckets
 // (the floor: a shared limiter that does nothing but decide).
 //
-// Reproduce the figures of docs/benchmarks.md with
+// docs/benchmarks.md records the figures; reproduce them with
 //
-//	go test -run '^$' -bench '^BenchmarkHit$' -benchmem -count 5 -cpu 1,2 ./store/memstore/ | tee hit.txt
+//	for i in 1 2 3 4 5; do
+//		go test -run '^$' -bench '^BenchmarkHit$' -benchmem -cpu 1,2 ./store/memstore/
+//	done | tee hit.txt
 //	benchstat -col /impl hit.txt
 //
 // Every run=parallel benchmark runs 64 goroutines whatever GOMAXPROCS is,
@@ -15,6 +17,7 @@ package memstore_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -65,12 +68,13 @@ func BenchmarkHit(b *testing.B) {
 			names := partitionNames(keys)
 			b.Run("impl=bucket", func(b *testing.B) {
 				buckets := benchref.NewBuckets(benchLimit, benchWindow, memstore.DefaultConfig().Shards)
-				for _, k := range names {
+				for _, i := range fillOrder(len(names)) {
 					// Store a copy, as the stores do: a lookup with the very
 					// string stored would skip reading the stored key, which
 					// no caller with a fresh request in hand can do.
-					buckets.Allow(strings.Clone(k))
+					buckets.Allow(strings.Clone(names[i]))
 				}
+				settle()
 				runBoth(b, names, func() func(key string) bool { return buckets.Allow })
 			})
 			if keys == 1 {
@@ -102,7 +106,8 @@ func BenchmarkHit(b *testing.B) {
 }
 
 // runBoth runs the decision made by each goroutine's newDecide first on one
-// goroutine, then on 64. Keys are drawn at random from names.
+// goroutine, then on 64, each walking names from a start of its own (see
+// newPicker).
 func runBoth(b *testing.B, names []string, newDecide func() func(key string) bool) {
 	b.Run("run=serial", func(b *testing.B) {
 		b.ReportAllocs()
@@ -160,20 +165,26 @@ func partitionNames(n int) []string {
 
 var pickerSeed atomic.Uint64
 
-// newPicker returns a generator of indexes in [0, n), uniform enough to
-// defeat the caches, from an xorshift generator private to its goroutine:
-// a shared source would add contention that no real caller has.
+// newPicker returns a generator of indexes in [0, n) for one goroutine: a
+// walk through names in order from a random start. The caller's key is then
+// in the cache, as a key just read from a request is, while the stores,
+// filled in fillOrder, hold their state for consecutive names at unrelated
+// addresses, so that every lookup among many keys pays the cache misses it
+// pays in production.
 func newPicker(n int) func() int {
-	if n == 1 {
-		return func() int { return 0 }
-	}
-	x := pickerSeed.Add(0x9e3779b97f4a7c15) | 1
+	i := int(pickerSeed.Add(0x9e3779b97f4a7c15) % uint64(n))
 	return func() int {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		return int((x >> 32) * uint64(n) >> 32)
+		if i++; i == n {
+			i = 0
+		}
+		return i
 	}
+}
+
+// fillOrder returns the order in which benchmarks put names into a store: a
+// fixed shuffle, so that memory allocated in turn is not walked in turn.
+func fillOrder(n int) []int {
+	return rand.New(rand.NewPCG(1, 2)).Perm(n)
 }
 
 // newEngine returns an engine on a memstore large enough to hold the
@@ -204,13 +215,18 @@ func populated(b *testing.B, names []string, kind algo.Kind) *engine.Engine {
 		cmds[0].Cost = gcraCharge
 	}
 	var out engine.StepResult
-	for _, p := range names {
-		if err := eng.Apply(context.Background(), p, &out, cmds...); err != nil {
+	for _, i := range fillOrder(len(names)) {
+		if err := eng.Apply(context.Background(), names[i], &out, cmds...); err != nil {
 			b.Fatal(err)
 		}
 	}
+	settle()
 	return eng
 }
+
+// settle collects the garbage of building a benchmark's state, and of the
+// benchmarks before it, so that the collector does not run during timing.
+func settle() { runtime.GC() }
 
 // applier returns a decision through Engine.Apply for one goroutine. The
 // commands and the StepResult are built once and reused: Apply then
