@@ -1,0 +1,99 @@
+package redisstore_test
+
+import (
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redisstore"
+)
+
+// BenchmarkApply measures batches per second from 64 goroutines against
+// one local redis-server, and reports the server's CPU time per script
+// call (INFO commandstats), the figure that bounds a Redis store's
+// throughput. Sub-benchmarks: one fixed-window hit, one GCRA hit, and a
+// batch of eight hits on eight keys.
+func BenchmarkApply(b *testing.B) {
+	srv := redistest.Start(b)
+	raw := srv.Client(b)
+	win := func(k string, kind algo.Kind) engine.Window {
+		return engine.Window{Key: k, Kind: kind, Limit: 1 << 40, WindowMs: 60_000}
+	}
+	var eight []engine.Command
+	for i := range 8 {
+		eight = append(eight, engine.Hit(1, win("k"+strconv.Itoa(i), algo.KindFixed)))
+	}
+	cases := []struct {
+		name string
+		cmds []engine.Command
+	}{
+		{"fixed", []engine.Command{engine.Hit(1, win("k", algo.KindFixed))}},
+		{"gcra", []engine.Command{engine.Hit(1, win("k", algo.KindGCRA))}},
+		{"batch8", eight},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			opts := srv.Options()
+			opts.PoolSize = 64
+			s, err := redisstore.New(redis.NewClient(opts), freshConfig(nil))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			eng := engine.New(s)
+			if err := raw.ConfigResetStat(b.Context()).Err(); err != nil {
+				b.Fatal(err)
+			}
+			var partitions [64]string
+			for i := range partitions {
+				partitions[i] = "p" + strconv.Itoa(i)
+			}
+			var next atomic.Int64
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var out engine.StepResult
+				p := partitions[int(next.Add(1))%len(partitions)]
+				for pb.Next() {
+					if err := eng.Apply(b.Context(), p, &out, c.cmds...); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			if usec := scriptUsec(b, raw); usec > 0 {
+				b.ReportMetric(usec, "server-µs/batch")
+				b.ReportMetric(usec/float64(len(c.cmds)), "server-µs/decision")
+			}
+		})
+	}
+}
+
+// scriptUsec reads usec_per_call of EVALSHA from INFO commandstats.
+func scriptUsec(b *testing.B, c *redis.Client) float64 {
+	info, err := c.Info(b.Context(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
+		if !ok {
+			continue
+		}
+		for field := range strings.SplitSeq(rest, ",") {
+			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+	}
+	return 0
+}

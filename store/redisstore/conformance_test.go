@@ -1,0 +1,47 @@
+package redisstore_test
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redisstore"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// stores numbers the stores of a test run: each gets a key prefix of its
+// own, so the stores sharing one server start empty and stay apart.
+var stores atomic.Int64
+
+func freshConfig(clock engine.Clock) redisstore.Config {
+	cfg := redisstore.DefaultConfig()
+	cfg.Prefix = "t" + strconv.FormatInt(stores.Add(1), 10)
+	cfg.Clock = clock
+	return cfg
+}
+
+func TestConformance(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClusterClient(cl.Options()), freshConfig(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}

@@ -1,0 +1,112 @@
+// Package redisstore is the Sluice store on Redis: a single server, a
+// primary watched by Sentinel, or a Redis Cluster, of Redis 5 or later
+// (tested with 7.0).
+//
+// # When to use it
+//
+// Use it when more processes than one machine holds must share quotas: any
+// number of stateless Sluice servers, or applications using the library
+// directly, run batches on one Redis and see one set of limits. On one
+// machine prefer the embedded store (store/diskstore), which is faster and
+// loses nothing on a crash; in a single process, the memory store.
+//
+// # Clients
+//
+// New takes any client with the few methods in [Client]:
+// redis.UniversalClient, *redis.Client (also for Sentinel, through
+// redis.NewFailoverClient) or *redis.ClusterClient. The store owns it from
+// then on. The client must honour context deadlines (ContextTimeoutEnabled),
+// so that every call ends within Config.Timeout: New refuses a go-redis
+// client without it. Turn automatic retries off (MaxRetries: -1): a retry
+// after a broken connection may run a batch a second time.
+//
+// # Batches
+//
+// A batch is one call of one Lua script (the files under lua/, embedded and
+// joined), by EVALSHA, falling back to EVAL when the server answers
+// NOSCRIPT (after a restart, a failover or SCRIPT FLUSH). Redis runs a script without interleaving any
+// other command, which makes the batch atomic. Lua has no rollback, so the
+// script evaluates every command against a table of its own first and
+// writes only when none failed: a batch that fails — a key of the wrong
+// type, a counter overflow, an operation id reused with other commands —
+// leaves every key as it was. Redis refuses a script's first write when it
+// is out of memory; the script makes every write after evaluating, so
+// that refusal, too, leaves the batch without effect.
+//
+// The script mirrors the engine's executor and package algo transition for
+// transition, and passes the same conformance suite (store/storetest) as
+// every other store. Lua's numbers are doubles, exact below 2^53; where the
+// Go code needs more — counters spanning int64, GCRA products reaching
+// 2^74 — the script computes exactly in parts. Two inputs are bounded
+// beyond the engine's own validation, with engine.ErrInvalid: a pace.claim
+// slot must lie before 2^52 ms. And a budget's counter, which a kv.set can
+// set to anything, is evaluated exactly from −2^52 up (any value above
+// every limit is denied, as it is in Go); below −2^52 a reservation fails
+// with engine.ErrOverflow.
+//
+// # Key layout
+//
+// Every key of a partition begins with Config.Prefix and the partition's
+// hash tag:
+//
+//	sluice:{<partition>}:k:<key>      a record (window, value, receipt, gate, pace)
+//	sluice:{<partition>}:r:<step>:<op> the replay record of one step
+//
+// In the tag, '%' is written "%25" and '}' "%7D", so that no partition name
+// ends the tag early and distinct partitions never share keys. Redis
+// Cluster places a key by the tag alone, so all the keys of a partition
+// live in one slot, on one node, and a batch never spans slots. Every key a
+// batch names is passed in KEYS. A refund also reaches the budgets named
+// inside its receipt, which the caller cannot know in advance; they belong
+// to the same partition, so the script forms their names from the
+// partition's prefix and Redis allows the access because they hash to the
+// same slot. Partitions spread over the cluster's slots; a hot partition is
+// a hot slot, as it is a hot lock elsewhere.
+//
+// Each record is a MessagePack array {kind, expireAt, fields...}. Its
+// expiry decides whether it exists (a record is absent from its expireAt
+// on); Redis's own expiry removes it at the same instant, so an idle
+// partition shrinks to nothing without a sweep.
+//
+// # The clock
+//
+// The script reads the time from Redis TIME, so every process sharing the
+// Redis shares one clock and none needs its own to be right. On a cluster
+// each partition's clock is the clock of the node holding its slot; after
+// a failover it is the new primary's. A clock that steps backwards never
+// grants extra allowance (see package algo). Config.Clock replaces TIME
+// with a clock read in the calling process; it exists for tests, which
+// drive time by hand, and production leaves it nil.
+//
+// # Failover and durability
+//
+// Redis replicates asynchronously: a primary acknowledges a batch before
+// its replicas have it. If the primary dies, its last acknowledged batches
+// may be missing from the replica that takes over — the windows then hold
+// fewer hits than were admitted, so the limit is exceeded by what was lost,
+// and replay records written in that interval are gone, so a retry of a
+// lost batch is charged again. WAIT and min-replicas-to-write narrow the
+// interval but do not close it. Persistence (RDB, AOF) decides what a
+// restart of a lone server loses in the same way. Size these losses for
+// your limits; Sluice does not claim them away.
+//
+// # maxmemory-policy
+//
+// A Redis allowed to evict keys under memory pressure can drop a full
+// window or a replay record and so admit more than a limit. New reads
+// maxmemory-policy (on every master of a cluster) and refuses anything but
+// noeviction, unless Config.AllowEviction is set. Under noeviction a full
+// Redis refuses writes: batches fail with engine.ErrUnavailable, and
+// nothing is admitted.
+//
+// # Errors
+//
+// A denial is a result. A batch that fails as a batch fails in every
+// store — engine.ErrWrongType, engine.ErrOverflow,
+// engine.ErrOperationConflict — with nothing written. Every other failure —
+// a timeout, a refused connection, an unresponsive server, redirections
+// exhausted, CROSSSLOT, an OOM or BUSY reply, a reply that does not decode —
+// is engine.ErrUnavailable: the batch's outcome is unknown, and nothing in
+// the StepResult may be read as admitted (Apply leaves it empty). Retry with
+// the same operation id.
+package redisstore

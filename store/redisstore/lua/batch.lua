@@ -1,0 +1,251 @@
+-- Part of the batch script (see prelude.lua): the batch itself: the clock, the records, the commands in order, and the writes.
+
+-- The batch.
+
+if ARGV[1] ~= FORMAT then
+	return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(ARGV[1])}
+end
+
+local now
+if ARGV[2] == '' then
+	local t = redis.call('TIME')
+	now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+else
+	now = tonumber(ARGV[2])
+end
+local prefix = ARGV[3]
+local hash = ARGV[4]
+local replayTTL = tonumber(ARGV[5])
+local grace = tonumber(ARGV[6])
+
+-- The command being evaluated, for failure replies.
+local current = 0
+
+local function fail(code, msg)
+	error({sluice = code, msg = msg}, 0)
+end
+
+-- name returns the user key of a Redis key, for messages.
+local function name(key)
+	if string.sub(key, 1, #prefix) == prefix then
+		return string.format('%q', string.sub(key, #prefix + 1))
+	end
+	return 'the replay record'
+end
+
+-- Records: read once, then held and changed in the local table.
+
+local cache = {} -- Redis key → record array, or false when absent
+local written = {} -- Redis key → true once the batch wrote or deleted it
+local order = {} -- written keys, in order of first write
+local mutated = false
+
+local function decode(key, v)
+	local ok, rec = pcall(cmsgpack.unpack, v)
+	if not ok or type(rec) ~= 'table' or type(rec[1]) ~= 'number' or type(rec[2]) ~= 'number' or rec[1] < VALUE or rec[1] > REPLAY then
+		fail(CORRUPT, 'key ' .. name(key) .. ' holds no Sluice record')
+	end
+	return rec
+end
+
+-- get returns the live record at key as the batch sees it so far, or nil.
+local function get(key)
+	local rec = cache[key]
+	if rec == nil then
+		local v = redis.pcall('GET', key)
+		if type(v) == 'table' and v.err then
+			fail(WRONG_TYPE, 'key ' .. name(key) .. ' holds a Redis value that is not a Sluice record')
+		end
+		rec = v and decode(key, v) or false
+		cache[key] = rec
+	end
+	if rec and (written[key] or rec[2] > now) then
+		return rec
+	end
+	return nil
+end
+
+local function touch(key)
+	mutated = true
+	if not written[key] then
+		written[key] = true
+		order[#order + 1] = key
+	end
+end
+
+local function put(key, rec)
+	touch(key)
+	cache[key] = rec
+end
+
+local function del(key)
+	touch(key)
+	cache[key] = false
+end
+
+local function wrongType(key, have, want)
+	local names = {'value', 'fixed window', 'sliding window', 'log window', 'gcra window', 'receipt', 'gate', 'pace', 'replay'}
+	fail(WRONG_TYPE, 'key ' .. name(key) .. ' holds a ' .. names[have] .. ' record, not a ' .. names[want])
+end
+
+local function need(ok, key)
+	if not ok then
+		fail(CORRUPT, 'record at ' .. name(key) .. ' is malformed')
+	end
+end
+
+local function isNumber(v)
+	return type(v) == 'number'
+end
+
+-- value returns the live value record at k, failing on another kind.
+local function value(k)
+	local rec = get(k)
+	if rec then
+		if rec[1] ~= VALUE then
+			wrongType(k, rec[1], VALUE)
+		end
+		need(type(rec[3]) == 'string', k)
+	end
+	return rec
+end
+
+-- Results and arguments.
+
+local function newResult()
+	return {allowed = false, found = false, remaining = 0, resetAt = 0, retry = 0, at = 0, ttl = 0, int = '0', value = '', windows = {}}
+end
+
+local function addWindow(r, d)
+	r.windows[#r.windows + 1] = d
+end
+
+local function encodeResult(r)
+	local w = {}
+	for i, d in ipairs(r.windows) do
+		local j = 4 * (i - 1)
+		w[j + 1], w[j + 2], w[j + 3], w[j + 4] = d.allowed and 1 or 0, d.remaining, d.resetAt, d.retry
+	end
+	return {r.allowed and 1 or 0, r.found and 1 or 0, r.remaining, r.resetAt, r.retry, r.at, r.ttl, r.int, r.value, w}
+end
+
+-- Commands read their fields from ARGV in order. Lua 5.1, which Redis
+-- embeds, evaluates expression lists and table constructors left to right,
+-- as the reads rely on.
+local argi = 8
+local function arg()
+	local v = ARGV[argi]
+	argi = argi + 1
+	return v
+end
+
+local function num()
+	return tonumber(arg())
+end
+
+local function key()
+	return KEYS[tonumber(arg())]
+end
+
+-- S is what the command families need of the batch.
+local S
+local values, counters, windows, budgets, gates, pace
+
+-- run runs one command, building its family on first use.
+local function run(op, r)
+	if not S then
+		S = {get = get, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber,
+			value = value, key = key, arg = arg, num = num, addWindow = addWindow, name = name, now = now, prefix = prefix}
+	end
+	if op == 'hit' then
+		windows = windows or buildWindows(S)
+		windows(r)
+	elseif op == 'get' or op == 'set' or op == 'del' or op == 'ttl' or op == 'expire' then
+		values = values or buildValues(S)
+		values[op](r)
+	elseif op == 'incr' then
+		counters = counters or buildCounters(S)
+		counters.incr(r)
+	elseif op == 'reserve' or op == 'refund' then
+		counters = counters or buildCounters(S)
+		budgets = budgets or buildBudgets(S, counters)
+		budgets[op](r)
+	elseif op == 'acquire' or op == 'renew' or op == 'release' then
+		gates = gates or buildGates(S)
+		gates(op, r)
+	elseif op == 'take' or op == 'claim' or op == 'penalize' then
+		pace = pace or buildPace(S)
+		pace(op, r)
+	else
+		fail(INVALID, 'unknown command ' .. tostring(op))
+	end
+end
+
+-- evaluate runs every command against the local table and returns the
+-- reply, or a replayed reply, without writing anything.
+local function evaluate()
+	if hash ~= '' then
+		local rec = get(KEYS[1])
+		if rec then
+			if rec[1] ~= REPLAY or type(rec[3]) ~= 'string' or type(rec[4]) ~= 'table' then
+				fail(CORRUPT, 'malformed replay record')
+			end
+			if rec[3] ~= hash then
+				fail(CONFLICT, 'operation id reused with different commands')
+			end
+			local reply = {0, 1}
+			for _, v in ipairs(rec[4]) do
+				reply[#reply + 1] = v
+			end
+			return reply
+		end
+	end
+	local n = tonumber(ARGV[7])
+	local body = {0}
+	for i = 1, n do
+		current = i
+		local r = newResult()
+		run(arg(), r)
+		if not r.allowed then
+			body[1] = 1
+		end
+		body[i + 1] = encodeResult(r)
+	end
+	current = 0
+	if hash ~= '' and mutated then
+		put(KEYS[1], {REPLAY, now + replayTTL, hash, body})
+	end
+	local reply = {0, 0}
+	for _, v in ipairs(body) do
+		reply[#reply + 1] = v
+	end
+	return reply
+end
+
+local ok, reply = pcall(evaluate)
+if not ok then
+	if type(reply) == 'table' and reply.sluice then
+		return {reply.sluice, current, reply.msg}
+	end
+	return redis.error_reply('ERR sluice batch script: ' .. tostring(reply))
+end
+
+-- Encode every write before issuing the first, so that nothing can fail
+-- half way through.
+local writes = {}
+for i, k in ipairs(order) do
+	local rec = cache[k]
+	if rec then
+		writes[i] = {k, cmsgpack.pack(rec), string.format('%d', max(1, rec[2] - now) + grace)}
+	else
+		writes[i] = {k}
+	end
+end
+for _, w in ipairs(writes) do
+	if w[2] then
+		redis.call('SET', w[1], w[2], 'PX', w[3])
+	else
+		redis.call('DEL', w[1])
+	end
+end
+return reply

@@ -1,0 +1,71 @@
+-- Sluice Redis store: one batch of commands on one partition, format 1.
+--
+-- The script is the files of this folder joined in the order store.go
+-- lists them (prelude, values, counters, windows, budgets, gates, pace,
+-- batch): one Lua chunk, whose locals each file sees from the files before
+-- it. This file holds the constants every part shares.
+--
+-- This script is the Lua mirror of engine.Executor over package algo. Every
+-- transition below has a Go original of the same name (hitFixed, slidingRetry,
+-- gcraRemaining, PaceState.Take, ...); the conformance suite in
+-- store/storetest holds the two to the same answers. Change them together.
+--
+-- Atomicity. Lua has no rollback, so the script runs in two phases: it first
+-- evaluates every command against a local table of records (reading each
+-- Redis key at most once, seeing its own earlier writes), then, only when no
+-- command failed, encodes every write and finally issues them. Nothing is
+-- written before the last command has been evaluated, and nothing that can
+-- fail runs once writing has begun.
+--
+-- Numbers. Lua numbers are doubles, exact for integers below 2^53. Every
+-- integer the Go side sends is bounded well below that (limits ≤ 2^40,
+-- windows and TTLs ≤ 120 days, instants ≈ 2^41), except counters and
+-- deltas, which may span int64 and are carried as decimal strings with exact
+-- two-limb arithmetic. The GCRA products cost·W/limit and gap·limit/W reach
+-- 2^74 and are computed exactly by muldiv. The sliding window's estimate is
+-- floating point in Go too, and the operations below round identically
+-- (IEEE double, one rounding per operation, no fused multiply-add).
+--
+-- Cost. Redis runs the whole chunk on every call: every function defined in
+-- it is a closure allocated per call, with its upvalues. So the command
+-- families are built by functions defined first, which capture nothing but
+-- constants and receive the batch's core (S) as an argument, and each is
+-- built only when a batch first uses it.
+--
+-- Records. Each record is one Redis string under its own key: a MessagePack
+-- array {kind, expireAt, fields...} where kind is engine.RecordKind and
+-- expireAt the instant (Unix ms, by the store's clock) from which it is
+-- absent. Redis's own expiry (PX) removes it physically at the same instant.
+--
+-- KEYS: KEYS[1] is the replay record's key when the batch has an operation
+-- id; the others are the records the commands name, each the record prefix
+-- (ARGV[3]) followed by the user key. All share the partition's hash tag.
+--
+-- ARGV:
+--   1  format ("1")
+--   2  the clock: "" to read Redis TIME, else an override in Unix ms (tests)
+--   3  the partition's record key prefix, to name a receipt's budgets
+--   4  the step's command hash (32 bytes), or "" for no replay record
+--   5  the replay record's lifetime in ms
+--   6  extra milliseconds of physical lifetime (0 unless the clock is
+--      overridden, where Redis's clock and the store's differ)
+--   7  the number of commands, then each command: an op code and its
+--      fields, in the order keys.go writes them and the commands read them
+--
+-- Reply: {0, replayed, denied, result...} on success, where each result is
+-- {allowed, found, remaining, resetAt, retryAfter, at, ttl, int, value,
+-- {windows...}} with int a decimal string and windows flat quadruples
+-- {allowed, remaining, resetAt, retryAfter}; or {code, command, message}
+-- when a command failed and nothing was written (codes below).
+
+local FORMAT = '1'
+
+-- Failure codes of the reply; the Go side maps them to engine sentinels.
+local WRONG_TYPE, OVERFLOW, CONFLICT, CORRUPT, INVALID = 1, 2, 3, 4, 5
+
+-- Record kinds: engine.RecordKind.
+local VALUE, FIXED, SLIDING, LOG, GCRA, RECEIPT, GATE, PACE, REPLAY = 1, 2, 3, 4, 5, 6, 7, 8, 9
+
+local MAX_LIMIT = 1099511627776 -- algo.MaxLimit, 2^40
+
+local max, min, floor, ceil = math.max, math.min, math.floor, math.ceil

@@ -1,0 +1,244 @@
+package redisstore_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redisstore"
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := func(mut func(*redisstore.Config)) redisstore.Config {
+		c := redisstore.DefaultConfig()
+		mut(&c)
+		return c
+	}
+	for name, c := range map[string]redisstore.Config{
+		"brace in prefix": valid(func(c *redisstore.Config) { c.Prefix = "a{b" }),
+		"closing brace":   valid(func(c *redisstore.Config) { c.Prefix = "a}" }),
+		"long prefix":     valid(func(c *redisstore.Config) { c.Prefix = strings.Repeat("p", 65) }),
+		"negative time":   valid(func(c *redisstore.Config) { c.Timeout = -time.Second }),
+		"timeout too big": valid(func(c *redisstore.Config) { c.Timeout = time.Hour }),
+	} {
+		if err := c.Validate(); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := (redisstore.Config{}).Validate(); err != nil {
+		t.Errorf("the zero Config (all defaults): %v", err)
+	}
+	if err := redisstore.DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig: %v", err)
+	}
+}
+
+// TestNewRefusesEviction checks that New refuses a server that may evict
+// keys, on a single node and on one master of a cluster, unless told to
+// allow it.
+func TestNewRefusesEviction(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	if _, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "allkeys-lru") {
+		t.Fatalf("New on allkeys-lru: %v, want ErrInvalid naming the policy", err)
+	}
+	cfg := freshConfig(nil)
+	cfg.AllowEviction = true
+	s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
+	if err != nil {
+		t.Fatalf("New with AllowEviction: %v", err)
+	}
+	s.Close()
+
+	cl := redistest.StartCluster(t, 3)
+	last := cl.Masters[2].Client(t)
+	if err := last.ConfigSet(t.Context(), "maxmemory-policy", "volatile-ttl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := redisstore.New(redis.NewClusterClient(cl.Options()), freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "volatile-ttl") {
+		t.Fatalf("New on a cluster with one evicting master: %v, want ErrInvalid", err)
+	}
+}
+
+// TestNewRefusesClientWithoutDeadlines checks that New refuses a go-redis
+// client that would let a call outlive the store's timeout.
+func TestNewRefusesClientWithoutDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	opts := srv.Options()
+	opts.ContextTimeoutEnabled = false
+	c := redis.NewClient(opts)
+	defer c.Close()
+	if _, err := redisstore.New(c, freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("New with ContextTimeoutEnabled off: %v, want ErrInvalid", err)
+	}
+	if _, err := redisstore.New(nil, freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("New(nil): %v, want ErrInvalid", err)
+	}
+}
+
+// TestScriptReloaded checks that a batch loads the script where the server
+// does not have it (EVALSHA answers NOSCRIPT, EVAL follows) — on a fresh
+// server, and after SCRIPT FLUSH — and that later batches run it by digest.
+func TestScriptReloaded(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := srv.Client(t)
+	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	var out engine.StepResult
+	incr := engine.Incr("n", 1, 60_000)
+	for i, flush := range []bool{true, false, true, false} {
+		if flush {
+			if err := raw.ScriptFlush(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := raw.ConfigResetStat(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Apply(t.Context(), "p", &out, incr); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		if got := out.Results[0].Int; got != int64(i+1) {
+			t.Fatalf("batch %d counted %d, want %d: the batch ran other than once", i, got, i+1)
+		}
+		evals := commandCalls(t, raw, "eval")
+		if want := map[bool]int64{false: 0, true: 1}[flush]; evals != want {
+			t.Errorf("batch %d (flushed %t): %d EVAL calls, want %d", i, flush, evals, want)
+		}
+	}
+}
+
+// commandCalls returns the calls of cmd since the last CONFIG RESETSTAT.
+func commandCalls(t *testing.T, c *redis.Client, cmd string) int64 {
+	t.Helper()
+	info, err := c.Info(t.Context(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _, _ := strings.Cut(rest, ",")
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	return 0
+}
+
+// TestOutOfMemory fills Redis to its maxmemory under noeviction: a batch
+// that would write fails with ErrUnavailable and admits nothing, a batch
+// that only reads still answers, and the limit holds once memory is back.
+func TestOutOfMemory(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := srv.Client(t)
+	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	win := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: 3, WindowMs: 3_600_000}
+	var out engine.StepResult
+	if err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win)); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err = eng.Apply(t.Context(), "p", &out, engine.Hit(1, win))
+	if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("hit over maxmemory: %v, want ErrUnavailable (OOM)", err)
+	}
+	if len(out.Results) != 0 {
+		t.Fatalf("a failed hit left %d results", len(out.Results))
+	}
+	if err := eng.Apply(t.Context(), "p", &out, engine.Get("missing")); err != nil {
+		t.Fatalf("read-only batch over maxmemory: %v", err)
+	}
+	if err := raw.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// One hit was charged before the refusal: two remain, then none.
+	for i, want := range []bool{true, true, false} {
+		if err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win)); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Results[0].Allowed; got != want {
+			t.Fatalf("hit %d after the refusal: allowed %t, want %t", i, got, want)
+		}
+	}
+}
+
+// TestRedisDown checks that a store whose Redis has gone answers every call
+// with ErrUnavailable and no result.
+func TestRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv.Stop()
+	var out engine.StepResult
+	err = engine.New(s).Apply(t.Context(), "p", &out, engine.Hit(1, engine.Window{Key: "w", Kind: algo.KindGCRA, Limit: 1, WindowMs: 1000}))
+	if !errors.Is(err, engine.ErrUnavailable) || len(out.Results) != 0 {
+		t.Fatalf("hit on a stopped Redis: %v with %d results, want ErrUnavailable and none", err, len(out.Results))
+	}
+}
+
+// TestBudgetRange pins how the script evaluates a budget whose counter was
+// set by hand far outside any limit: at or above −2^52 exactly as algo
+// does, any value above every limit denied (algo's int64 sum would wrap for
+// the largest), and below −2^52 refused with ErrOverflow, changing nothing.
+func TestBudgetRange(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	reserve := engine.Reserve("", 1, engine.Budget{Key: "b", Limit: 10, WindowMs: 60_000})
+	for _, c := range []struct {
+		value     string
+		allowed   bool
+		remaining int64
+		err       error
+	}{
+		{"-4503599627370496", true, 4503599627370505, nil},
+		{"4503599627370497", false, 0, nil},
+		{"9223372036854775807", false, 0, nil},
+		{"-4503599627370497", false, 0, engine.ErrOverflow},
+	} {
+		var out engine.StepResult
+		if err := eng.Apply(t.Context(), "p", &out, engine.Set("b", c.value, 60_000)); err != nil {
+			t.Fatal(err)
+		}
+		err := eng.Apply(t.Context(), "p", &out, reserve)
+		if !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
+			t.Fatalf("budget at %s: %v, want %v", c.value, err, c.err)
+		}
+		if err == nil && (out.Results[0].Allowed != c.allowed || out.Results[0].Windows[0].Remaining != c.remaining) {
+			t.Fatalf("budget at %s: allowed %t remaining %d, want %t %d", c.value, out.Results[0].Allowed, out.Results[0].Windows[0].Remaining, c.allowed, c.remaining)
+		}
+		if c.allowed {
+			continue
+		}
+		if err := eng.Apply(t.Context(), "p", &out, engine.Get("b")); err != nil || out.Results[0].Value != c.value {
+			t.Fatalf("budget at %s reads %q (%v) after a refused reservation", c.value, out.Results[0].Value, err)
+		}
+	}
+}
