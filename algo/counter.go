@@ -68,11 +68,13 @@ func (b Budget) Reserve(st BudgetState, now, cost int64) (BudgetState, Decision)
 	if st.ExpireAt <= now {
 		st = BudgetState{ExpireAt: now + b.Window}
 	}
-	if st.Count+cost > b.Limit {
-		return st, Decision{Remaining: max(0, b.Limit-st.Count), ResetAt: st.ExpireAt, RetryAfter: st.ExpireAt - now}
+	// Compare without forming Count+cost: a counter written by kv.set or
+	// kv.incr may hold any int64, and the sum must never wrap into an allow.
+	if st.Count > b.Limit-cost {
+		return st, Decision{Remaining: budgetRemaining(b.Limit, st.Count), ResetAt: st.ExpireAt, RetryAfter: st.ExpireAt - now}
 	}
 	st.Count += cost
-	return st, Decision{Allowed: true, Remaining: b.Limit - st.Count, ResetAt: st.ExpireAt}
+	return st, Decision{Allowed: true, Remaining: budgetRemaining(b.Limit, st.Count), ResetAt: st.ExpireAt}
 }
 
 // Refund returns cost units to a live budget, never below zero, keeping its
@@ -83,4 +85,16 @@ func (st BudgetState) Refund(now, cost int64) BudgetState {
 	}
 	st.Count = max(0, st.Count-cost)
 	return st
+}
+
+// budgetRemaining returns limit−count clamped to 0…MaxLimit, so a counter
+// driven far below zero by kv.incr cannot overflow the subtraction.
+func budgetRemaining(limit, count int64) int64 {
+	switch {
+	case count >= limit:
+		return 0
+	case count < limit-MaxLimit:
+		return MaxLimit
+	}
+	return limit - count
 }

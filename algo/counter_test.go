@@ -206,3 +206,21 @@ func TestBudgetRetryExact(t *testing.T) {
 		}
 	})
 }
+
+// TestBudgetReserveExtremeCounters: a counter set to any int64 by kv.set or
+// kv.incr never wraps into an allow or a negative remaining.
+func TestBudgetReserveExtremeCounters(t *testing.T) {
+	b := algo.Budget{Limit: 10, Window: 1000}
+	for _, count := range []int64{math.MaxInt64, math.MaxInt64 - 5, 11, 10} {
+		_, d := b.Reserve(algo.BudgetState{Count: count, ExpireAt: 5000}, 0, 1)
+		if d.Allowed || d.Remaining != 0 {
+			t.Errorf("count %d: %+v, want a denial with nothing remaining", count, d)
+		}
+	}
+	for _, count := range []int64{math.MinInt64, math.MinInt64 + 3, -1} {
+		st, d := b.Reserve(algo.BudgetState{Count: count, ExpireAt: 5000}, 0, 1)
+		if !d.Allowed || d.Remaining < 0 || d.Remaining > algo.MaxLimit || st.Count != count+1 {
+			t.Errorf("count %d: %+v (count after %d), want an allow with remaining in 0…MaxLimit", count, d, st.Count)
+		}
+	}
+}
