@@ -87,14 +87,14 @@ func (st BudgetState) Refund(now, cost int64) BudgetState {
 	return st
 }
 
-// budgetRemaining returns limit−count clamped to 0…MaxLimit, so a counter
-// driven far below zero by kv.incr cannot overflow the subtraction.
+// budgetRemaining returns limit−count, at least 0, saturating instead of
+// overflowing when kv.incr has driven the counter far below zero.
 func budgetRemaining(limit, count int64) int64 {
 	switch {
 	case count >= limit:
 		return 0
-	case count < limit-MaxLimit:
-		return MaxLimit
+	case count < limit-math.MaxInt64:
+		return math.MaxInt64
 	}
 	return limit - count
 }

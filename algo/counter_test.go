@@ -219,8 +219,8 @@ func TestBudgetReserveExtremeCounters(t *testing.T) {
 	}
 	for _, count := range []int64{math.MinInt64, math.MinInt64 + 3, -1} {
 		st, d := b.Reserve(algo.BudgetState{Count: count, ExpireAt: 5000}, 0, 1)
-		if !d.Allowed || d.Remaining < 0 || d.Remaining > algo.MaxLimit || st.Count != count+1 {
-			t.Errorf("count %d: %+v (count after %d), want an allow with remaining in 0…MaxLimit", count, d, st.Count)
+		if !d.Allowed || d.Remaining < 10 || st.Count != count+1 {
+			t.Errorf("count %d: %+v (count after %d), want an allow with a non-negative remaining", count, d, st.Count)
 		}
 	}
 }
