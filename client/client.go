@@ -3,24 +3,20 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/keyhash"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -61,9 +57,8 @@ type shared struct {
 	// off is the error every call answers when the client is off, or nil.
 	off    error
 	closed atomic.Bool
-	// macs recycles HMAC states keyed with the pepper: keying one costs
-	// two SHA-256 blocks and several allocations, Reset only a copy.
-	macs sync.Pool
+	// hasher hashes partition names, keys and identities with the pepper.
+	hasher *keyhash.Hasher
 }
 
 var (
@@ -100,7 +95,7 @@ func New(cfg Config) *Client {
 		s.pepper = make([]byte, 32)
 		_, _ = rand.Read(s.pepper) // crypto/rand.Read never fails (Go ≥ 1.24)
 	}
-	s.macs.New = func() any { return hmac.New(sha256.New, s.pepper) }
+	s.hasher = keyhash.New(s.pepper)
 	for _, f := range cfg.Families {
 		if !slices.Contains(s.families, f) {
 			s.families = append(s.families, f)
@@ -381,11 +376,11 @@ func checkShape(steps []engine.Step, resp *engine.Response) error {
 // The purposes with which Client hashes what it sends. Hash a value with the
 // same purpose to find it on the server (for instance an identity to reset).
 const (
-	PurposePartition  = "partition"   // partition names
-	PurposeKey        = "key"         // window, kv, budget, receipt, gate and pace keys
-	PurposeSource     = "source"      // fairness source buckets (see SourceBucket)
-	PurposeSourceTier = "source-tier" // fairness prefix tiers (see SourceTiers and TierIdentity)
-	PurposePrincipal  = "principal"   // fairness principals
+	PurposePartition  = keyhash.PurposePartition // partition names
+	PurposeKey        = keyhash.PurposeKey       // window, kv, budget, receipt, gate and pace keys
+	PurposeSource     = "source"                 // fairness source buckets (see SourceBucket)
+	PurposeSourceTier = "source-tier"            // fairness prefix tiers (see SourceTiers and TierIdentity)
+	PurposePrincipal  = "principal"              // fairness principals
 )
 
 // Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of
@@ -396,53 +391,8 @@ const (
 // apart; a purpose must not contain a zero byte.
 func (c *Client) Hash(purpose, value string) string { return c.s.hash(purpose, value) }
 
-func (s *shared) hash(purpose, value string) string {
-	mac, ok := s.macs.Get().(hash.Hash)
-	if !ok {
-		mac = hmac.New(sha256.New, s.pepper)
-	}
-	mac.Reset()
-	buf := make([]byte, 0, len(purpose)+1+len(value))
-	buf = append(append(append(buf, purpose...), 0), value...)
-	mac.Write(buf)
-	var sum [sha256.Size]byte
-	mac.Sum(sum[:0])
-	s.macs.Put(mac)
-	return hex.EncodeToString(sum[:])
-}
+func (s *shared) hash(purpose, value string) string { return s.hasher.Hash(purpose, value) }
 
 // hashSteps returns a copy of steps with every partition name and key
 // hashed. Values, lease ids and numbers are data and travel as they are.
-func (s *shared) hashSteps(steps []engine.Step) []engine.Step {
-	out := make([]engine.Step, len(steps))
-	for i := range steps {
-		cmds := make([]engine.Command, len(steps[i].Commands))
-		for j, cmd := range steps[i].Commands {
-			if cmd.Key != "" {
-				cmd.Key = s.hash(PurposeKey, cmd.Key)
-			}
-			if cmd.Receipt != "" {
-				cmd.Receipt = s.hash(PurposeKey, cmd.Receipt)
-			}
-			if len(cmd.Windows) > 0 {
-				ws := make([]engine.Window, len(cmd.Windows))
-				for k, w := range cmd.Windows {
-					w.Key = s.hash(PurposeKey, w.Key)
-					ws[k] = w
-				}
-				cmd.Windows = ws
-			}
-			if len(cmd.Budgets) > 0 {
-				bs := make([]engine.Budget, len(cmd.Budgets))
-				for k, b := range cmd.Budgets {
-					b.Key = s.hash(PurposeKey, b.Key)
-					bs[k] = b
-				}
-				cmd.Budgets = bs
-			}
-			cmds[j] = cmd
-		}
-		out[i] = engine.Step{Partition: s.hash(PurposePartition, steps[i].Partition), Commands: cmds}
-	}
-	return out
-}
+func (s *shared) hashSteps(steps []engine.Step) []engine.Step { return s.hasher.Steps(steps) }

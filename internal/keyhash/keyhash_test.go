@@ -1,0 +1,142 @@
+package keyhash_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/keyhash"
+	"github.com/sluicehq/sluice/store/memstore"
+)
+
+const pepper = "test-key-pepper-0123456789abcdefghij"
+
+// TestHashKnownAnswers pins the hash to HMAC-SHA256(pepper, purpose ‖ 0 ‖
+// value), computed independently:
+//
+//	printf 'partition\0user:42' | openssl dgst -sha256 -hmac "$PEPPER"
+func TestHashKnownAnswers(t *testing.T) {
+	h := keyhash.New([]byte(pepper))
+	for _, c := range []struct{ purpose, value, want string }{
+		{keyhash.PurposePartition, "user:42", "5dac9a48e538f50e896ac2f09043b11c2e3fe5da263043a2c624dc0ad2ff889b"},
+		{keyhash.PurposeKey, "per-minute", "6614b26a98aa17e0e309e37fb2a0506764a4e103e12290f8cfb470ebc804fff0"},
+	} {
+		// Twice: the second call reuses a pooled MAC, which must start clean.
+		for range 2 {
+			if got := h.Hash(c.purpose, c.value); got != c.want {
+				t.Errorf("Hash(%q, %q) = %s, want %s", c.purpose, c.value, got, c.want)
+			}
+		}
+	}
+	if keyhash.New([]byte(pepper+"x")).Hash(keyhash.PurposeKey, "per-minute") == h.Hash(keyhash.PurposeKey, "per-minute") {
+		t.Error("another pepper gives the same hash")
+	}
+	if h.Hash(keyhash.PurposeKey, "a") == h.Hash(keyhash.PurposePartition, "a") {
+		t.Error("two purposes give the same hash")
+	}
+}
+
+// TestStepHashesEveryIdentifier checks that every key a command can name is
+// hashed, that data is not, and that the input is left as it was.
+func TestStepHashesEveryIdentifier(t *testing.T) {
+	h := keyhash.New([]byte(pepper))
+	refill := int64(500)
+	cmds := []engine.Command{
+		{Op: engine.OpHit, Cost: 1, Windows: []engine.Window{{Key: "w", Kind: algo.KindFixed, Limit: 1, WindowMs: 1000}}},
+		{Op: engine.OpReserve, Cost: 1, Receipt: "r", Budgets: []engine.Budget{{Key: "b", Limit: 1, WindowMs: 1000, Refundable: true}}},
+		{Op: engine.OpSet, Key: "k", Value: "v", TTLMs: 1000},
+		{Op: engine.OpAcquire, Key: "g", Lease: "lease-1", Limit: 1, TTLMs: 1000},
+		{Op: engine.OpPaceTake, Key: "p", Limit: 1, WindowMs: 1000, RefillPermille: &refill},
+	}
+	orig := deepCopy(cmds)
+	st := h.Step("part", cmds)
+	if !reflect.DeepEqual(cmds, orig) {
+		t.Fatal("Step modified its input")
+	}
+	k := func(v string) string { return h.Hash(keyhash.PurposeKey, v) }
+	if want := h.Hash(keyhash.PurposePartition, "part"); st.Partition != want {
+		t.Errorf("partition %q, want %q", st.Partition, want)
+	}
+	c := st.Commands
+	if c[0].Windows[0].Key != k("w") || c[1].Budgets[0].Key != k("b") || c[1].Receipt != k("r") ||
+		c[2].Key != k("k") || c[3].Key != k("g") || c[4].Key != k("p") {
+		t.Errorf("a key was not hashed: %+v", c)
+	}
+	if c[2].Value != "v" || c[3].Lease != "lease-1" || c[0].Windows[0].Limit != 1 || *c[4].RefillPermille != 500 {
+		t.Errorf("data was changed: %+v", c)
+	}
+	steps := h.Steps([]engine.Step{{Partition: "part", Commands: cmds}})
+	if !reflect.DeepEqual(steps[0], st) {
+		t.Errorf("Steps = %+v, want %+v", steps[0], st)
+	}
+}
+
+// TestStoreReachesHashedRecords checks that a batch through Store lands in
+// the hashed partition under hashed keys of the wrapped store, where a
+// client hashing with the same pepper finds it.
+func TestStoreReachesHashedRecords(t *testing.T) {
+	ctx := context.Background()
+	mem, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	h := keyhash.New([]byte(pepper))
+	hashed := engine.New(keyhash.NewStore(mem, h))
+	raw := engine.New(mem)
+
+	var out engine.StepResult
+	if err := hashed.Apply(ctx, "limiter", &out, engine.Set("config", "v1", 60_000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Apply(ctx, "limiter", &out, engine.Get("config")); err != nil {
+		t.Fatal(err)
+	}
+	if out.Results[0].Found {
+		t.Error("the record is under the raw partition name")
+	}
+	if err := raw.Apply(ctx, h.Hash(keyhash.PurposePartition, "limiter"), &out, engine.Get(h.Hash(keyhash.PurposeKey, "config"))); err != nil {
+		t.Fatal(err)
+	}
+	if !out.Results[0].Found || out.Results[0].Value != "v1" {
+		t.Errorf("hashed record: %+v, want v1", out.Results[0])
+	}
+
+	// A request with an operation id records its replay under the hashed
+	// step: a retry replays rather than charging again.
+	req := &engine.Request{OperationID: engine.NewOperationID(), Steps: []engine.Step{{Partition: "ctr", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}}}
+	for i, want := range []struct {
+		n        int64
+		replayed bool
+	}{{1, false}, {1, true}} {
+		resp, err := hashed.Do(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Steps[0]; got.Results[0].Int != want.n || got.Replayed != want.replayed {
+			t.Errorf("attempt %d: %+v, want n=%d replayed=%v", i, got, want.n, want.replayed)
+		}
+	}
+	if err := keyhash.NewStore(mem, h).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Apply(ctx, "x", &out, engine.Get("y")); err != nil {
+		t.Errorf("closing the wrapper closed the wrapped store: %v", err)
+	}
+}
+
+func deepCopy(cmds []engine.Command) []engine.Command {
+	out := make([]engine.Command, len(cmds))
+	for i, c := range cmds {
+		c.Windows = append([]engine.Window(nil), c.Windows...)
+		c.Budgets = append([]engine.Budget(nil), c.Budgets...)
+		if c.RefillPermille != nil {
+			v := *c.RefillPermille
+			c.RefillPermille = &v
+		}
+		out[i] = c
+	}
+	return out
+}
