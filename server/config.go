@@ -30,6 +30,17 @@ type Config struct {
 	// Now is the server's clock for signature skew and audit records. Nil
 	// means time.Now.
 	Now func() time.Time
+	// Pepper is the key-hashing pepper of the server's clients. With one,
+	// the server serves /v1/limiters: its limiter registry hashes limiter
+	// names as the clients do, so it configures the limiters they call.
+	// Empty answers /v1/limiters 503. At least wire.MinSecretLen bytes and
+	// different from every secret.
+	Pepper string
+	// LimitsKey, if set, is a bearer token granting /v1/limiters and
+	// nothing else: at least wire.MinSecretLen bytes and different from
+	// every secret, the operator token and the pepper. The operator token
+	// grants /v1/limiters too.
+	LimitsKey string
 	// Admission, if set, admits every authenticated, valid RPC after the
 	// stop fence and before any subject command (family budgets, fairness
 	// quotas), and serves the family and fairness operator endpoints.
@@ -70,6 +81,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("operator token equals signing secret %d", i))
 		}
 	}
+	errs = append(errs, c.validateLimiters()...)
 	if c.FenceRefresh < 0 {
 		errs = append(errs, fmt.Errorf("fence refresh %s is negative", c.FenceRefresh))
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -38,6 +39,11 @@ type Server struct {
 	// misconfigured holds the reason every RPC is refused, or "".
 	misconfigured string
 	mux           *http.ServeMux
+	// limiters is the paced-call limiter registry of /v1/limiters, nil
+	// without a pepper; limitsHash is the limits key's hash, if any.
+	limiters     *pace.Registry
+	limitsHash   [sha256.Size]byte
+	hasLimitsKey bool
 }
 
 // New returns a Server running requests on eng. An invalid cfg does not fail
@@ -62,6 +68,7 @@ func New(eng *engine.Engine, cfg Config) *Server {
 		}
 		s.verifier = wire.NewVerifier(secrets)
 		s.opHash = sha256.Sum256([]byte(cfg.OperatorToken))
+		s.initLimiters()
 	}
 	s.fence = &fence{eng: eng, refresh: cfg.FenceRefresh, now: s.now}
 	s.routes()
@@ -86,6 +93,7 @@ func (s *Server) routes() {
 	handle(http.MethodPost, wire.PathFairnessReset, s.operator(s.handleFairnessReset))
 	handle(http.MethodGet, wire.PathHealthz, s.handleHealthz)
 	handle(http.MethodGet, wire.PathReadyz, s.handleReadyz)
+	s.routeLimiters()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if method, ok := allow[r.URL.Path]; ok {
 			if method == http.MethodGet {
@@ -197,7 +205,7 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, wire.Ping{Protocol: wire.ProtocolVersion, Version: s.cfg.Version})
+	writeJSON(w, http.StatusOK, wire.Ping{Protocol: wire.ProtocolVersion, Version: s.cfg.Version, Features: s.features()})
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {

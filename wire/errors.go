@@ -22,6 +22,11 @@ const (
 	CodeStopped      Code = "guard_stopped"     // 503: the operator stop fence (or a family stop) is set
 	CodeNotFound     Code = "not_found"         // 404: unknown path
 	CodeMethod       Code = "method_not_allowed"
+
+	// CodeNoSuchLimiter answers a request naming a limiter that was never
+	// configured (404), so a client tells it from a server without the
+	// limiters endpoints (404 not_found).
+	CodeNoSuchLimiter Code = "no_such_limiter"
 )
 
 // Status returns the HTTP status of c.
@@ -37,7 +42,7 @@ func (c Code) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case CodeLimited:
 		return http.StatusTooManyRequests
-	case CodeNotFound:
+	case CodeNotFound, CodeNoSuchLimiter:
 		return http.StatusNotFound
 	case CodeMethod:
 		return http.StatusMethodNotAllowed
@@ -91,4 +96,7 @@ var (
 	ErrLimited      error = &Error{Problem{Code: CodeLimited}}
 	ErrUnavailable  error = &Error{Problem{Code: CodeUnavailable}}
 	ErrStopped      error = &Error{Problem{Code: CodeStopped}}
+
+	// ErrNoSuchLimiter matches a 404 no_such_limiter answer.
+	ErrNoSuchLimiter error = &Error{Problem{Code: CodeNoSuchLimiter}}
 )

@@ -97,4 +97,7 @@ type Response = engine.Response
 type Ping struct {
 	Protocol int    `json:"protocol"`
 	Version  string `json:"version"`
+	// Features names the optional endpoints the server serves, such as
+	// FeatureLimiters; absent when none.
+	Features []string `json:"features,omitempty"`
 }
