@@ -31,8 +31,8 @@ const credentialBytes = 32
 type credentials struct {
 	// Secrets are the signing secrets, current first.
 	Secrets []string
-	// Pepper is the key-hashing pepper clients use; the server never
-	// needs it.
+	// Pepper is the key-hashing pepper clients use; the server hashes
+	// limiter names with it for /v1/limiters.
 	Pepper string
 	// OperatorToken is the bearer token of the operator endpoints.
 	OperatorToken string

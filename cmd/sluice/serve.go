@@ -58,6 +58,7 @@ requests, then closes the store.`,
 				cfg.Secrets, cfg.SecretsSet = splitSecrets(secrets), true
 			}
 			cfg.OperatorTokenSet = fl.Changed("operator-token")
+			cfg.PepperSet = fl.Changed("pepper")
 			cfg.Fsync = diskstore.SyncPolicy(fsync)
 			if err := cfg.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("log level %q (want debug, info, warn or error)", logLevel)
@@ -75,6 +76,8 @@ requests, then closes the store.`,
 	fl.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the credential files and the embedded store")
 	fl.StringVar(&secrets, "secrets", "", "signing secrets, comma-separated, current first (default: the data directory's secret file)")
 	fl.StringVar(&cfg.OperatorToken, "operator-token", "", "bearer token of the operator endpoints (default: the data directory's operator-token file)")
+	fl.StringVar(&cfg.Pepper, "pepper", "", "the clients' key-hashing pepper, which /v1/limiters needs (default: the data directory's pepper file)")
+	fl.StringVar(&cfg.LimitsKey, "limits-key", "", "bearer token granting /v1/limiters only (default: none; the operator token grants it too)")
 	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable) or memory (lost on exit)")
 	fl.StringVar(&fsync, "fsync", string(cfg.Fsync), "write-ahead log fsync policy of the disk store: always, interval or never")
 	fl.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period under --fsync interval")
@@ -89,6 +92,8 @@ requests, then closes the store.`,
 		"data-dir":         "SLUICE_DATA_DIR",
 		"secrets":          "SLUICE_SECRETS",
 		"operator-token":   "SLUICE_OPERATOR_TOKEN",
+		"pepper":           "SLUICE_PEPPER",
+		"limits-key":       "SLUICE_LIMITS_KEY",
 		"store":            "SLUICE_STORE",
 		"fsync":            "SLUICE_FSYNC",
 		"fsync-interval":   "SLUICE_FSYNC_INTERVAL",
@@ -142,6 +147,8 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 	srv := server.New(eng, server.Config{
 		Secrets:       creds.Secrets,
 		OperatorToken: creds.OperatorToken,
+		Pepper:        creds.Pepper,
+		LimitsKey:     cfg.LimitsKey,
 		FenceRefresh:  server.DefaultConfig().FenceRefresh,
 		Version:       version(),
 		Logger:        log,
@@ -222,12 +229,16 @@ func resolveCredentials(cfg serveConfig, log *slog.Logger) (credentials, error) 
 		}
 		c.Secrets = v
 	}
-	peppers, err := load(pepperFile)
-	if err != nil {
-		return c, err
-	}
-	if len(peppers) > 0 {
-		c.Pepper = peppers[0]
+	if cfg.PepperSet {
+		c.Pepper = cfg.Pepper
+	} else {
+		peppers, err := load(pepperFile)
+		if err != nil {
+			return c, err
+		}
+		if len(peppers) > 0 {
+			c.Pepper = peppers[0] // the line the tools read
+		}
 	}
 	if cfg.OperatorTokenSet {
 		c.OperatorToken = cfg.OperatorToken
@@ -247,7 +258,7 @@ func resolveCredentials(cfg serveConfig, log *slog.Logger) (credentials, error) 
 	}
 	log.Info("credentials", "secrets", source(cfg.SecretsSet, filepath.Join(dir, secretFile)),
 		"operator_token", source(cfg.OperatorTokenSet, filepath.Join(dir, operatorTokenFile)),
-		"pepper", filepath.Join(dir, pepperFile))
+		"pepper", source(cfg.PepperSet, filepath.Join(dir, pepperFile)))
 	return c, nil
 }
 

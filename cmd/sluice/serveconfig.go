@@ -39,6 +39,11 @@ type serveConfig struct {
 	// operator-token file.
 	OperatorToken    string
 	OperatorTokenSet bool
+	// Pepper, when PepperSet, replaces the data directory's pepper file.
+	Pepper    string
+	PepperSet bool
+	// LimitsKey, if set, is the bearer token granting /v1/limiters only.
+	LimitsKey string
 	// Store is storeDisk or storeMemory.
 	Store string
 	// Fsync is the embedded store's write-ahead log policy, and
