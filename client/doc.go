@@ -83,6 +83,13 @@ errors.Is(err, wire.ErrStopped) tells a stop from a failure. The server's
 engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow and
 engine.ErrOperationConflict.
 
+# Configuring paced-call limiters
+
+[Limiters] is the client of the server's /v1/limiters endpoints, with the
+operator token or a limits key: it configures, reconfigures, lists and
+reports on the paced-call limiters (package pace) that workers reach through
+a Client sharing the server's pepper. `sluice limits` is built on it.
+
 # Fail modes
 
 A caller chooses per family what [ErrUnavailable] means ([FailMode]):

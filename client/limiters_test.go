@@ -1,0 +1,74 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/wire"
+)
+
+func TestLimitersConfigValidate(t *testing.T) {
+	key := strings.Repeat("k", 32)
+	for _, c := range []struct {
+		cfg  client.LimitersConfig
+		want string
+	}{
+		{client.LimitersConfig{URL: "http://sluice.example:7420", Key: key}, "plain http on a non-loopback host"},
+		{client.LimitersConfig{URL: "https://sluice.example/v1", Key: key}, "must be an origin"},
+		{client.LimitersConfig{URL: "https://sluice.example", Key: "short"}, "5 characters (minimum 32)"},
+		{client.LimitersConfig{URL: "https://sluice.example", Key: key, Timeout: -1}, "negative"},
+	} {
+		if _, err := client.NewLimiters(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	if _, err := client.NewLimiters(client.LimitersConfig{URL: "https://sluice.example", Key: key}); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestLimitersErrors checks that refusals come back as *wire.Error and
+// failures to get an answer as ErrUnavailable, and that the bearer key is
+// not sent after a redirect.
+func TestLimitersErrors(t *testing.T) {
+	key := strings.Repeat("k", 32)
+	var redirected bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case wire.PathLimiters + "/gone":
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"type":"about:blank","title":"Not Found","status":404,"code":"no_such_limiter","reason":"no limiter \"gone\""}`))
+		case wire.PathLimiters + "/moved":
+			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+		case "/elsewhere":
+			redirected = true
+		default:
+			w.Write([]byte("not json"))
+		}
+	}))
+	defer srv.Close()
+	l, err := client.NewLimiters(client.LimitersConfig{URL: srv.URL, Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := l.Get(ctx, "gone"); !errors.Is(err, wire.ErrNoSuchLimiter) {
+		t.Errorf("a 404 no_such_limiter: %v", err)
+	}
+	if _, err := l.Get(ctx, "moved"); !errors.Is(err, client.ErrUnavailable) || redirected {
+		t.Errorf("a redirect: %v (followed: %v), want ErrUnavailable, not followed", err, redirected)
+	}
+	if _, err := l.List(ctx); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("an undecodable answer: %v, want ErrUnavailable", err)
+	}
+	srv.Close()
+	if _, err := l.List(ctx); !errors.Is(err, client.ErrUnavailable) {
+		t.Errorf("no server: %v, want ErrUnavailable", err)
+	}
+}
