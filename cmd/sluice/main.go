@@ -6,6 +6,9 @@
 //	sluice control stop|resume|state|fairness-reset
 //	                              operate a server's stop fence, family
 //	                              stops and fairness quotas
+//	sluice limits sample|apply|stats
+//	                              keep a server's paced-call limiters in a
+//	                              limits file under version control
 //
 // Every flag has a SLUICE_* environment variable as its fallback; run
 // "sluice help COMMAND" for the list. docs/operations.md describes running
