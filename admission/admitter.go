@@ -196,19 +196,27 @@ func (a *Admitter) Admit(ctx context.Context, req *wire.Request) error {
 			// The commands go back to the leased chunk: a refused RPC
 			// spends no family allowance.
 			f.giveBack(day, n)
+			a.maybeWarn(ctx, f, day, left+n)
 			return err
 		}
 	}
-	// Commands admitted, as far as this server knows: everything leased as
-	// of its last lease, less what it still holds. Other servers' unspent
-	// chunks count as admitted, so the warning may come early by at most
-	// their chunks, never late.
-	if f.warnedDay.Load() != day {
-		if admitted := f.leased.Load() - left; admitted >= f.warnAt {
-			a.warn(ctx, f, day, admitted)
-		}
-	}
+	a.maybeWarn(ctx, f, day, left)
 	return nil
+}
+
+// maybeWarn logs the day's warning once the commands admitted reach the
+// threshold, as far as this server knows them: everything leased as of its
+// last lease, less left, what it still holds. Other servers' unspent
+// chunks count as admitted, so the warning may come early by at most their
+// chunks. It is never late: the server that made the latest lease counts
+// every admitted command, and checks after each of its RPCs.
+func (a *Admitter) maybeWarn(ctx context.Context, f *family, day, left int64) {
+	if f.warnedDay.Load() == day {
+		return
+	}
+	if admitted := f.leased.Load() - left; admitted >= f.warnAt {
+		a.warn(ctx, f, day, admitted)
+	}
 }
 
 func commandCount(req *wire.Request) int64 {

@@ -127,7 +127,8 @@ func newControlCmd() *cobra.Command {
 		Use:   "control",
 		Short: "Operate a server's stop fence, family stops and fairness quotas",
 		Long: `Operate a server with the operator token: the global stop fence, the stop of
-one admission family, and the fairness quotas of one identity.
+one admission family, the fairness quotas of one identity and the audit trail
+of their resets.
 
 A stopped server answers every RPC 503 guard_stopped before running any
 command; a stopped family, every RPC of that family. Stored data is kept, and
