@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,8 +24,60 @@ type fixture struct {
 	t     *testing.T
 	clock *testclock.Clock
 	store *memstore.Store
+	probe *storeProbe // between the engine and the store
 	eng   *engine.Engine
 	logs  *countingHandler
+}
+
+// storeProbe counts the batches reaching the store by partition, and lets
+// a test hold a batch (hook) or fail one (fail).
+type storeProbe struct {
+	engine.Store
+	mu      sync.Mutex
+	batches map[string]int
+	// hook, when set, runs before each batch reaches the store.
+	hook func(partition string, cmds []engine.Command)
+	// fail, when set, fails the batches it returns true for.
+	fail func(partition string, cmds []engine.Command) bool
+}
+
+var errInjected = errors.New("injected store failure")
+
+func (p *storeProbe) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	p.mu.Lock()
+	if p.batches == nil {
+		p.batches = map[string]int{}
+	}
+	p.batches[b.Partition]++
+	hook, fail := p.hook, p.fail
+	p.mu.Unlock()
+	if hook != nil {
+		hook(b.Partition, b.Commands)
+	}
+	if fail != nil && fail(b.Partition, b.Commands) {
+		return errInjected
+	}
+	return p.Store.Apply(ctx, b, out)
+}
+
+// count returns how many batches reached partitions whose reserved name
+// begins with prefix.
+func (p *storeProbe) count(prefix string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for part, c := range p.batches {
+		if strings.HasPrefix(part, engine.ReservedPartition(prefix)) {
+			n += c
+		}
+	}
+	return n
+}
+
+func (p *storeProbe) set(hook func(string, []engine.Command), fail func(string, []engine.Command) bool) {
+	p.mu.Lock()
+	p.hook, p.fail = hook, fail
+	p.mu.Unlock()
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -37,7 +90,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &fixture{t: t, clock: clock, store: st, eng: engine.New(st), logs: &countingHandler{}}
+	probe := &storeProbe{Store: st}
+	return &fixture{t: t, clock: clock, store: st, probe: probe, eng: engine.New(probe), logs: &countingHandler{}}
 }
 
 // admitter returns a new Admitter over the fixture's store, as a restarted
@@ -74,10 +128,12 @@ func code(err error) wire.Code {
 	return "other: " + wire.Code(err.Error())
 }
 
-// countingHandler counts log records by message.
+// countingHandler counts log records by message and keeps the attributes
+// of the last one of each.
 type countingHandler struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu   sync.Mutex
+	n    map[string]int
+	last map[string]map[string]slog.Value
 }
 
 func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
@@ -85,10 +141,23 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.n == nil {
-		h.n = map[string]int{}
+		h.n, h.last = map[string]int{}, map[string]map[string]slog.Value{}
 	}
 	h.n[r.Message]++
+	attrs := map[string]slog.Value{}
+	r.Attrs(func(a slog.Attr) bool {
+		attrs[a.Key] = a.Value
+		return true
+	})
+	h.last[r.Message] = attrs
 	return nil
+}
+
+// attr returns attribute key of the last record logged with msg.
+func (h *countingHandler) attr(msg, key string) slog.Value {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last[msg][key]
 }
 func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
@@ -364,5 +433,80 @@ func TestNoSpuriousRefusalUnderContention(t *testing.T) {
 	wg.Wait()
 	if len(refusals) != 0 {
 		t.Fatalf("%d of 12,800 admissions refused with 987,200 commands left; first: %v", len(refusals), refusals[0])
+	}
+}
+
+// TestWarningCountsAdmittedCommands: on one server the warning comes with
+// the command that reaches 80 % of the allowance, not with the lease that
+// does (with chunks of 100, the lease reaching 8,000 is taken by command
+// 7,901).
+func TestWarningCountsAdmittedCommands(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	a := fx.admitter(cfg)
+	for i := range 7_999 {
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Fatalf("command %d: %v", i+1, err)
+		}
+	}
+	const msg = "daily operation budget at threshold"
+	if n := fx.logs.count(msg); n != 0 {
+		t.Fatalf("warned before the 8,000th command (%d times, used %v)", n, fx.logs.attr(msg, "used"))
+	}
+	if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if n, used := fx.logs.count(msg), fx.logs.attr(msg, "used").Int64(); n != 1 || used != 8_000 {
+		t.Fatalf("after the 8,000th command: warned %d times with used %d, want once with 8000", n, used)
+	}
+}
+
+// TestWarningAcrossServersIsNeverLate: with two servers the warning may
+// come early by what the other server holds unspent (less than a chunk),
+// never late.
+func TestWarningAcrossServersIsNeverLate(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	one, two := fx.admitter(cfg), fx.admitter(cfg)
+	if err := two.Admit(ctx, rpc(DefaultFamily, 1)); err != nil { // two holds 99 unspent
+		t.Fatal(err)
+	}
+	total := int64(1)
+	for fx.logs.count("daily operation budget at threshold") == 0 {
+		if err := one.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if total++; total > 8_000 {
+			t.Fatal("no warning by the 8,000th command")
+		}
+	}
+	if total < 8_000-99 {
+		t.Fatalf("warned at %d commands admitted, earlier than 8,000 less the 99 the other server holds", total)
+	}
+}
+
+func TestChunkIsCappedAtOnePercentOfTheAllowance(t *testing.T) {
+	for _, tc := range []struct{ chunk, allowance, want int64 }{
+		{1000, 1_000_000, 1000}, {1000, 100_000, 1000}, {1000, 50_000, 500},
+		{7, 100, 1}, {7, 99, 1}, {1000, 0, 1}, {5, 10_000, 5},
+	} {
+		if got := EffectiveChunk(tc.chunk, tc.allowance); got != tc.want {
+			t.Errorf("EffectiveChunk(%d, %d) = %d, want %d", tc.chunk, tc.allowance, got, tc.want)
+		}
+	}
+	fx := newFixture(t)
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 5_000
+	a := fx.admitter(cfg)
+	if err := a.Admit(context.Background(), rpc(DefaultFamily, 1)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.State(context.Background())
+	if err != nil || st[0].Used != 100 || st[0].LeasedLeft != 99 {
+		t.Fatalf("state %+v, %v: want a lease of 100 (1 %% of 10,000), 99 of it unspent", st, err)
 	}
 }

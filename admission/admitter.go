@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -28,29 +30,62 @@ type Admitter struct {
 	log     *slog.Logger
 	invalid string
 	fams    map[string]*family
+	// keys holds the key names of the current UTC day (see keysOf).
+	keys atomic.Pointer[dayKeys]
+	// denials remembers identities found exhausted (see fairness.go); nil
+	// when the denial shortcut is switched off.
+	denials *lru.Cache[denialKey, denial]
 }
 
 // family is one family's configuration and this server's state for it.
 type family struct {
 	name      string
 	allowance int64
-	shares    Shares
-	fair      bool
+	// chunk is Config.Chunk capped at 1 % of the allowance.
+	chunk int64
+	// warnAt is the number of admitted commands at which the day's warning
+	// is due.
+	warnAt int64
+	shares Shares
+	fair   bool
+	// limits are the daily shares of each fairness axis, in commands.
+	limits [numAxes]int64
+	// quotaPrefix and principalPrefix begin the names of the partitions
+	// holding the family's source and principal quotas.
+	quotaPrefix, principalPrefix string
+	// limited are the guard_limited answers, one per axis, built once so a
+	// denial allocates nothing.
+	limited [numAxes]error
 
-	// The leased chunk: left commands leased for day. The fast path takes
-	// from left with a compare-and-swap; mu serialises leases.
-	mu   sync.Mutex
-	day  atomic.Int64
-	left atomic.Int64
+	// The leased chunk: left commands leased for day, out of leased
+	// commands of the day's durable allowance leased by every server as of
+	// this server's last lease. The fast path takes from left with a
+	// compare-and-swap; mu serialises leases.
+	mu     sync.Mutex
+	day    atomic.Int64
+	left   atomic.Int64
+	leased atomic.Int64
+	// warnedDay is the day whose warning this server knows to be claimed.
+	warnedDay atomic.Int64
 
-	stopMu sync.Mutex
-	stop   stopCache
+	// stop caches the family's durable stop state; stopMu serialises its
+	// reloads and guards resetEpoch, the last fairness-reset epoch read.
+	stopMu     sync.Mutex
+	stop       atomic.Pointer[stopCache]
+	resetEpoch string
+
+	// gen invalidates remembered denials, one generation per side
+	// (sideSource, sidePrincipal): it moves on after every refund and
+	// fairness reset this server makes or learns of (see fairness.go).
+	gen [2]atomic.Int64
+	// deniedDay is the last day a denial of this family was remembered:
+	// before the first one of a day, admissions skip the lookups.
+	deniedDay atomic.Int64
 }
 
 type stopCache struct {
 	day      int64
 	loaded   time.Time
-	valid    bool
 	stopped  bool
 	reason   string
 	operator bool
@@ -74,6 +109,9 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	allowances, err := cfg.Allowances()
+	if err == nil && !cfg.switches.noDenialCache {
+		a.denials, err = lru.New[denialKey, denial](cfg.DenialCache)
+	}
 	if err != nil {
 		a.invalid = "invalid admission configuration: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 		a.log.Error("refusing every RPC", "reason", a.invalid)
@@ -84,14 +122,36 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 		if fs, ok := cfg.FamilyShares[name]; ok {
 			sh = fs.over(cfg.Shares)
 		}
-		f := &family{name: name, allowance: n, shares: sh.withDefaults()}
-		for _, fair := range cfg.Fair {
-			f.fair = f.fair || fair == name
-		}
-		a.fams[name] = f
+		a.fams[name] = newFamily(name, n, sh.withDefaults(), cfg)
 	}
 	return a
 }
+
+func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
+	f := &family{
+		name:            name,
+		allowance:       allowance,
+		chunk:           EffectiveChunk(cfg.Chunk, allowance),
+		warnAt:          max(1, (allowance*cfg.WarnPermille+999)/1000),
+		shares:          sh,
+		quotaPrefix:     "adm/q/" + name + "/",
+		principalPrefix: "adm/p/" + name + "/",
+	}
+	for _, fair := range cfg.Fair {
+		f.fair = f.fair || fair == name
+	}
+	for ax := range numAxes {
+		f.limits[ax] = allowance / sh.divisor(ax)
+		f.limited[ax] = problem(wire.CodeLimited, fmt.Sprintf("family %q: %s quota exhausted for today", name, axisNames[ax]))
+	}
+	return f
+}
+
+// EffectiveChunk returns the chunk a server leases of a family's daily
+// allowance: chunk, capped at 1 % of the allowance (and at least 1). The
+// cap bounds what leases hide from usage figures and the warning: at most
+// 1 % of the allowance per server.
+func EffectiveChunk(chunk, allowance int64) int64 { return max(1, min(chunk, allowance/100)) }
 
 // Err returns why the admitter refuses everything, or nil.
 func (a *Admitter) Err() error {
@@ -114,24 +174,49 @@ func (a *Admitter) Admit(ctx context.Context, req *wire.Request) error {
 		return problem(wire.CodeInvalid, fmt.Sprintf("unknown family %q", req.Family))
 	}
 	n := commandCount(req)
-	day := dayOf(a.now())
-	st, err := a.stopState(ctx, f, day)
+	now := a.now()
+	day := dayOf(now)
+	st, err := a.stopState(ctx, f, now, day)
 	if err != nil {
 		return a.unavailable("reading the family stop", err)
 	}
 	if st.stopped {
 		return problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, st.reason))
 	}
-	if err := a.spend(ctx, f, day, n); err != nil {
+	left, err := a.spend(ctx, f, day, n)
+	if err != nil {
 		return err
 	}
-	if err := a.fairness(ctx, f, req, day, n); err != nil {
-		// The commands go back to the leased chunk: a refused RPC spends
-		// no family allowance.
-		f.giveBack(day, n)
-		return err
+	if id := a.identities(f, req); !id.none() {
+		err := a.knownExhausted(f, &id, day, n)
+		if err == nil {
+			err = a.charge(ctx, f, &id, a.keysOf(day), n)
+		}
+		if err != nil {
+			// The commands go back to the leased chunk: a refused RPC
+			// spends no family allowance.
+			f.giveBack(day, n)
+			a.maybeWarn(ctx, f, day, left+n)
+			return err
+		}
 	}
+	a.maybeWarn(ctx, f, day, left)
 	return nil
+}
+
+// maybeWarn logs the day's warning once the commands admitted reach the
+// threshold, as far as this server knows them: everything leased as of its
+// last lease, less left, what it still holds. Other servers' unspent
+// chunks count as admitted, so the warning may come early by at most their
+// chunks. It is never late: the server that made the latest lease counts
+// every admitted command, and checks after each of its RPCs.
+func (a *Admitter) maybeWarn(ctx context.Context, f *family, day, left int64) {
+	if f.warnedDay.Load() == day {
+		return
+	}
+	if admitted := f.leased.Load() - left; admitted >= f.warnAt {
+		a.warn(ctx, f, day, admitted)
+	}
 }
 
 func commandCount(req *wire.Request) int64 {
@@ -156,18 +241,19 @@ func (a *Admitter) unavailable(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, errors.Join(problem(wire.CodeUnavailable, "admission state unavailable"), err))
 }
 
-// take takes n commands from the chunk leased for day, without locking.
-func (f *family) take(day, n int64) bool {
+// take takes n commands from the chunk leased for day, without locking,
+// and returns what is left of the chunk.
+func (f *family) take(day, n int64) (int64, bool) {
 	if f.day.Load() != day {
-		return false
+		return 0, false
 	}
 	for {
 		cur := f.left.Load()
 		if cur < n {
-			return false
+			return cur, false
 		}
 		if f.left.CompareAndSwap(cur, cur-n) {
-			return true
+			return cur - n, true
 		}
 	}
 }
@@ -179,50 +265,72 @@ func (f *family) giveBack(day, n int64) {
 	}
 }
 
+// resetLease forgets the leased chunk: a new day or an operator resume.
+// The caller holds f.mu.
+func (f *family) resetLease() {
+	f.left.Store(0)
+	f.leased.Store(0)
+}
+
 func familyPartition(f string) string { return "adm/f/" + f }
 
-func usedKey(day int64) string { return "used/" + dayName(day) }
-func stopKey(day int64) string { return "stop/" + dayName(day) }
-func warnKey(day int64) string { return "warn/" + dayName(day) }
-
-const operatorStopKey = "opstop"
+const (
+	operatorStopKey = "opstop"
+	// resetEpochKey holds a fresh random value written by every fairness
+	// reset of the family: a server that reads a new one forgets the
+	// denials it remembers (see fairness.go).
+	resetEpochKey = "reset"
+)
 
 // spend takes n commands of f's allowance for day, leasing a new chunk from
-// the durable counter when the local one runs short.
-func (a *Admitter) spend(ctx context.Context, f *family, day, n int64) error {
-	if f.take(day, n) {
-		return nil
+// the durable counter when the local one runs short, and returns what is
+// left of the chunk.
+func (a *Admitter) spend(ctx context.Context, f *family, day, n int64) (int64, error) {
+	if left, ok := f.take(day, n); ok {
+		return left, nil
 	}
+	return a.refill(ctx, f, day, n)
+}
+
+// refill takes n commands after leasing as many chunks as it needs, and
+// returns what is left of the chunk.
+func (a *Admitter) refill(ctx context.Context, f *family, day, n int64) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.day.Load() != day {
 		// A new UTC day: what is left of yesterday's chunk stays spent.
-		f.left.Store(0)
+		f.resetLease()
 		f.day.Store(day)
 	}
 	// Callers on the lock-free fast path may take a fresh chunk before
 	// this caller does: lease again until it gets its commands or the
 	// allowance runs out.
-	for !f.take(day, n) {
-		need := max(n-f.left.Load(), 1)
-		got, remaining, err := a.lease(ctx, f, day, max(a.cfg.Chunk, need), need)
+	for {
+		left, ok := f.take(day, n)
+		if ok {
+			return left, nil
+		}
+		need := max(n-left, 1)
+		got, remaining, err := a.lease(ctx, f, day, max(f.chunk, need), need)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if got == 0 {
-			return a.exhausted(ctx, f, day, n)
+			return 0, a.exhausted(ctx, f, day, n)
 		}
+		// left first: a fast-path reader seeing the old leased figure
+		// undercounts what was admitted until the next RPC, rather than
+		// counting the fresh chunk as admitted.
 		f.left.Add(got)
-		a.maybeWarn(ctx, f, day, remaining)
+		f.leased.Store(f.allowance - remaining)
 	}
-	return nil
 }
 
 // lease reserves up to want (at least need) commands of the family's
 // durable allowance for day and returns how many it got and how many remain
 // afterwards. It gets 0 when fewer than need remain.
 func (a *Admitter) lease(ctx context.Context, f *family, day, want, need int64) (got, remaining int64, err error) {
-	budget := engine.Budget{Key: usedKey(day), Limit: max(f.allowance, 1), WindowMs: keyTTL}
+	budget := engine.Budget{Key: a.keysOf(day).used, Limit: max(f.allowance, 1), WindowMs: keyTTL}
 	for range 3 {
 		if f.allowance < need {
 			return 0, 0, nil
@@ -250,8 +358,9 @@ func (a *Admitter) lease(ctx context.Context, f *family, day, want, need int64) 
 // nothing at all is left the family is stopped durably until the next UTC
 // day; a batch larger than a non-zero remainder is refused without a stop.
 func (a *Admitter) exhausted(ctx context.Context, f *family, day, n int64) error {
+	k := a.keysOf(day)
 	var out engine.StepResult
-	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out, engine.Get(usedKey(day))); err != nil {
+	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out, engine.Get(k.used)); err != nil {
 		return a.unavailable("reading the family usage", err)
 	}
 	used, _ := parseInt(out.Results[0].Value)
@@ -259,29 +368,29 @@ func (a *Admitter) exhausted(ctx context.Context, f *family, day, n int64) error
 		return problem(wire.CodeStopped, fmt.Sprintf("family %q: a batch of %d commands is larger than what is left of today's allowance", f.name, n))
 	}
 	reason := "daily operation budget exhausted"
-	if err := a.writeStop(ctx, f.name, stopKey(day), reason, keyTTL); err != nil {
+	if err := a.writeStop(ctx, f.name, k.stop, reason, keyTTL); err != nil {
 		return err
 	}
 	a.setStopCache(f, day, true, reason, false)
-	a.log.Error("daily operation budget exhausted", "family", f.name, "day", dayName(day), "allowance", f.allowance)
+	a.log.Error("daily operation budget exhausted", "family", f.name, "day", k.name, "allowance", f.allowance)
 	return problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, reason))
 }
 
-// maybeWarn logs one warning per family and day once usage reaches the
-// threshold. The durable NX claim makes it one warning across restarts and
-// servers.
-func (a *Admitter) maybeWarn(ctx context.Context, f *family, day, remaining int64) {
-	used := f.allowance - remaining
-	if used*1000 < f.allowance*a.cfg.WarnPermille {
-		return
-	}
+// warn logs the day's warning unless another server or an earlier start
+// has: the durable NX claim makes it one warning per family and day across
+// restarts and servers.
+func (a *Admitter) warn(ctx context.Context, f *family, day, admitted int64) {
+	k := a.keysOf(day)
 	var out engine.StepResult
-	err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out, engine.SetIf(warnKey(day), "1", keyTTL, engine.SetNX))
-	if err != nil || !out.Results[0].Allowed {
+	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out, engine.SetIf(k.warn, "1", keyTTL, engine.SetNX)); err != nil {
+		return // the next admission tries again
+	}
+	f.warnedDay.Store(day)
+	if !out.Results[0].Allowed {
 		return
 	}
-	a.log.Warn("daily operation budget at threshold", "family", f.name, "day", dayName(day),
-		"used", used, "allowance", f.allowance, "threshold_permille", a.cfg.WarnPermille)
+	a.log.Warn("daily operation budget at threshold", "family", f.name, "day", k.name,
+		"used", admitted, "allowance", f.allowance, "threshold_permille", a.cfg.WarnPermille)
 }
 
 func (a *Admitter) writeStop(ctx context.Context, fam, key, reason string, ttl int64) error {
@@ -298,33 +407,48 @@ func (a *Admitter) writeStop(ctx context.Context, fam, key, reason string, ttl i
 
 func (a *Admitter) setStopCache(f *family, day int64, stopped bool, reason string, operator bool) {
 	f.stopMu.Lock()
-	f.stop = stopCache{day: day, loaded: a.now(), valid: true, stopped: stopped, reason: reason, operator: operator}
+	f.stop.Store(&stopCache{day: day, loaded: a.now(), stopped: stopped, reason: reason, operator: operator})
 	f.stopMu.Unlock()
 }
 
+// fresh reports whether a cached stop state for day may still be used at
+// now.
+func (a *Admitter) fresh(c *stopCache, now time.Time, day int64) bool {
+	return c != nil && c.day == day && now.Sub(c.loaded) < a.cfg.StateRefresh
+}
+
 // stopState returns f's stop state for day, from the cache when it is
-// fresher than Config.StateRefresh.
-func (a *Admitter) stopState(ctx context.Context, f *family, day int64) (stopCache, error) {
-	f.stopMu.Lock()
-	defer f.stopMu.Unlock()
-	now := a.now()
-	if c := f.stop; c.valid && c.day == day && now.Sub(c.loaded) < a.cfg.StateRefresh {
+// fresher than Config.StateRefresh: without a lock on that path.
+func (a *Admitter) stopState(ctx context.Context, f *family, now time.Time, day int64) (*stopCache, error) {
+	if c := f.stop.Load(); a.fresh(c, now, day) {
 		return c, nil
 	}
+	f.stopMu.Lock()
+	defer f.stopMu.Unlock()
+	if c := f.stop.Load(); a.fresh(c, now, day) {
+		return c, nil // another caller reloaded it meanwhile
+	}
+	k := a.keysOf(day)
 	var out engine.StepResult
 	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out,
-		engine.Get(operatorStopKey), engine.Get(stopKey(day)), engine.TTL(operatorStopKey)); err != nil {
-		return stopCache{}, err
+		engine.Get(operatorStopKey), engine.Get(k.stop), engine.TTL(operatorStopKey), engine.Get(resetEpochKey)); err != nil {
+		return nil, err
 	}
 	// An operator stop holds until resumed: like the global stop fence, its
 	// record is renewed whenever less than half of its lifetime is left.
 	if out.Results[0].Found && out.Results[2].TTLMs < engine.MaxTTLMs/2 {
 		var renewed engine.StepResult
 		if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &renewed, engine.Expire(operatorStopKey, engine.MaxTTLMs)); err != nil {
-			return stopCache{}, err
+			return nil, err
 		}
 	}
-	c := stopCache{day: day, loaded: now, valid: true}
+	// A fairness reset made through another server: forget the denials
+	// remembered before it.
+	if epoch := out.Results[3].Value; epoch != f.resetEpoch {
+		f.resetEpoch = epoch
+		f.forget()
+	}
+	c := &stopCache{day: day, loaded: now}
 	for i, r := range out.Results[:2] {
 		if !r.Found {
 			continue
@@ -336,6 +460,6 @@ func (a *Admitter) stopState(ctx context.Context, f *family, day int64) (stopCac
 		c.stopped, c.reason, c.operator = true, rec.Reason, i == 0
 		break
 	}
-	f.stop = c
+	f.stop.Store(c)
 	return c, nil
 }

@@ -91,16 +91,29 @@ func identify(r *wire.Request, id string) {
 }
 
 // BenchmarkAdmit measures Admitter.Admit alone for a one-command RPC:
-// identities=none takes the non-fair path (the stop check and a take from
-// the leased chunk, no store call on most admissions); identities=source+principal
-// adds the two durable quota reservations of the fair path.
+//
+//	identities=none              the non-fair path: the stop check and a
+//	                             take from the leased chunk, no store call
+//	                             on most admissions
+//	identities=source+principal  the fair path: a source with its two IPv6
+//	                             tiers and a principal, distinct per
+//	                             goroutine, each charged durably (two
+//	                             batches: the source with its tiers, the
+//	                             principal)
+//	identities=exhausted         the same RPC of a principal known to be
+//	                             exhausted: refused from the denial memory,
+//	                             without a store call
 func BenchmarkAdmit(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		fair bool
-	}{{"identities=none", false}, {"identities=source+principal", true}} {
+		name            string
+		fair, exhausted bool
+	}{{"identities=none", false, false}, {"identities=source+principal", true, false}, {"identities=exhausted", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
-			a := admission.New(newEngine(b), benchConfig(tc.fair))
+			cfg := benchConfig(tc.fair)
+			if tc.exhausted {
+				cfg.Shares.Principal = benchTotal / 10 // a principal may spend 10
+			}
+			a := admission.New(newEngine(b), cfg)
 			var callers caller
 			runParallel(b, func(pb *testing.PB) {
 				r := &wire.Request{OperationID: "op", Family: admission.DefaultFamily,
@@ -109,8 +122,21 @@ func BenchmarkAdmit(b *testing.B) {
 					identify(r, callers.next())
 				}
 				ctx := context.Background()
+				for tc.exhausted {
+					if a.Admit(ctx, r) != nil {
+						break // the principal is spent, and remembered
+					}
+				}
 				for pb.Next() {
-					if err := a.Admit(ctx, r); err != nil {
+					err := a.Admit(ctx, r)
+					if tc.exhausted {
+						if err == nil {
+							b.Error("an exhausted principal was admitted")
+							return
+						}
+						continue
+					}
+					if err != nil {
 						b.Error(err)
 						return
 					}
@@ -136,10 +162,13 @@ func (d *discard) WriteHeader(status int)      { d.status = status }
 // admission, one win.hit, the encoded answer — for 64 concurrent callers,
 // each on a partition of its own:
 //
-//	admission=off       no Admitter
-//	admission=on        one non-fair family
-//	admission=on-fair   one fair family, each RPC carrying a source (with
-//	                    its two tiers) and a principal
+//	admission=off             no Admitter
+//	admission=on              one non-fair family
+//	admission=off-identities  no Admitter, each RPC carrying a source (with
+//	                          its two tiers) and a principal, which are
+//	                          decoded and ignored: the baseline of on-fair
+//	admission=on-fair         one fair family, each RPC carrying a source
+//	                          (with its two tiers) and a principal
 //
 // Each iteration also builds and signs its request (a fresh operation id,
 // so nothing is answered from a replay record), the same work in every
@@ -147,10 +176,15 @@ func (d *discard) WriteHeader(status int)      { d.status = status }
 func BenchmarkRPC(b *testing.B) {
 	secret := strings.Repeat("s", wire.MinSecretLen)
 	for _, tc := range []struct {
-		name      string
-		admission bool
-		fair      bool
-	}{{"admission=off", false, false}, {"admission=on", true, false}, {"admission=on-fair", true, true}} {
+		name            string
+		admission, fair bool
+		identities      bool
+	}{
+		{"admission=off", false, false, false},
+		{"admission=on", true, false, false},
+		{"admission=off-identities", false, false, true},
+		{"admission=on-fair", true, true, true},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			eng := newEngine(b)
 			cfg := server.DefaultConfig()
@@ -163,7 +197,7 @@ func BenchmarkRPC(b *testing.B) {
 			runParallel(b, func(pb *testing.PB) {
 				id := callers.next()
 				identities := ""
-				if tc.fair {
+				if tc.identities {
 					identities = `"source":"src-` + id + `","principal":"principal-` + id +
 						`","sourceTiers":{"v6/56":"n56-` + id + `","v6/48":"n48-` + id + `"},`
 				}

@@ -18,6 +18,9 @@ const (
 	DefaultTotal        = 1_000_000
 	DefaultChunk        = 1_000
 	DefaultWarnPermille = 800
+	// DefaultDenialCache is how many exhausted identities a server
+	// remembers by default.
+	DefaultDenialCache = 10_000
 	// DefaultIdentityDivisor makes each source bucket and each principal's
 	// daily share floor(family budget / 20).
 	DefaultIdentityDivisor = 20
@@ -87,15 +90,22 @@ type Config struct {
 	Shares       Shares
 	FamilyShares map[string]Shares
 	// Chunk is how many commands a server leases from a family's durable
-	// allowance at a time. Larger chunks mean fewer durable writes and a
+	// allowance at a time, capped at 1 % of the family's allowance (see
+	// EffectiveChunk). Larger chunks mean fewer durable writes and a
 	// slower budget stop on other servers sharing the store.
 	Chunk int64
 	// WarnPermille is the usage, in thousandths of a family's allowance, at
 	// which a warning is logged once per family and day.
 	WarnPermille int64
 	// StateRefresh bounds how stale this server's view of another server's
-	// family stop may be.
+	// family stop or fairness reset may be: the family's stored state is
+	// read again at most this long after the last read. Zero reads it on
+	// every RPC.
 	StateRefresh time.Duration
+	// DenialCache is how many exhausted identities this server remembers,
+	// to refuse their RPCs without a store call until the end of the UTC
+	// day (the oldest are forgotten first).
+	DenialCache int
 	// Now is the admission clock (UTC days). Nil means time.Now.
 	Now func() time.Time
 	// Logger receives warnings and audit lines. Nil discards them.
@@ -119,13 +129,16 @@ func (c *Config) AddProblem(err error) {
 }
 
 type switches struct {
-	noSource, noPrincipal, noTiers bool
+	noSource, noPrincipal, noTiers, noDenialCache bool
 }
 
 // DefaultConfig returns the defaults: 1,000,000 commands a day for one
-// family, identity shares of 1/20, chunks of 1,000, a warning at 80 %.
+// family, identity shares of 1/20, chunks of 1,000, a warning at 80 %, the
+// stored state read at most once a second, 10,000 exhausted identities
+// remembered.
 func DefaultConfig() Config {
-	return Config{Total: DefaultTotal, Chunk: DefaultChunk, WarnPermille: DefaultWarnPermille, StateRefresh: time.Second}
+	return Config{Total: DefaultTotal, Chunk: DefaultChunk, WarnPermille: DefaultWarnPermille,
+		StateRefresh: time.Second, DenialCache: DefaultDenialCache}
 }
 
 // families returns the configured family names, defaulting to DefaultFamily.
@@ -159,6 +172,9 @@ func (c Config) Allowances() (map[string]int64, error) {
 	}
 	if c.StateRefresh < 0 {
 		errs = append(errs, fmt.Errorf("state refresh %s is negative", c.StateRefresh))
+	}
+	if c.DenialCache < 1 {
+		errs = append(errs, fmt.Errorf("denial cache of %d entries must hold at least 1", c.DenialCache))
 	}
 	families := c.families()
 	for i, f := range families {

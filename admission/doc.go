@@ -16,15 +16,21 @@
 //
 // # No hotspot, exact caps
 //
-// A server leases its family allowance in chunks (Config.Chunk commands)
-// from a durable counter, one per family and day, and admits from the
-// leased chunk in memory without a lock on the fast path. The cap is exact:
-// a command is admitted only from a leased chunk, and leases never exceed
-// the allowance. A chunk unspent when a server crashes is lost, never spent
-// twice. The cost is latency of a stop: when the allowance is exhausted, a
-// server sharing the store keeps admitting from the chunk it already holds
-// (at most Config.Chunk commands), and sees the durable family stop within
-// Config.StateRefresh.
+// A server leases its family allowance in chunks (Config.Chunk commands,
+// capped at 1 % of the allowance: EffectiveChunk) from a durable counter,
+// one per family and day, and admits from the leased chunk in memory
+// without a lock on the fast path. The cap is exact: a command is admitted
+// only from a leased chunk, and leases never exceed the allowance. A chunk
+// unspent when a server crashes is lost, never spent twice. The cost is
+// latency of a stop: when the allowance is exhausted, a server sharing the
+// store keeps admitting from the chunk it already holds (at most one
+// chunk), and sees the durable family stop within Config.StateRefresh.
+//
+// The warning counts admitted commands, as far as the server admitting
+// knows them: everything leased as of its last lease, less what it still
+// holds. On one server that is exact; with several, the other servers'
+// unspent chunks count as admitted, so the warning may come early by at
+// most one chunk (1 % of the allowance) per other server, never late.
 //
 // # Fairness
 //
@@ -34,12 +40,31 @@
 // each principal may spend at most floor(family budget / divisor) commands
 // per UTC day (Shares). The source bucket and its tiers live in one
 // partition (keyed by the coarsest tier) and are reserved in one atomic
-// batch; the principal lives in its own partition. When the principal's
+// batch; the principal lives in its own partition. One batch cannot hold
+// both without a partition shared by every source and principal of the
+// family, which every fair RPC would serialise on. When the principal's
 // quota denies after the source's was reserved, the source reservation is
-// refunded through its receipt, so a fairness denial spends nothing: no
-// family allowance, no quota, and no subject command runs. Between the two
-// steps a concurrent RPC may see the source reservation and be denied — a
-// conservative error, never an over-admission.
+// refunded, so a fairness denial spends nothing: no family allowance, no
+// quota, and no subject command runs. Between the two steps a concurrent
+// RPC may see the source reservation and be denied — a conservative error,
+// never an over-admission.
+//
+// # The denial memory
+//
+// An identity found exhausted is remembered (Config.DenialCache entries at
+// most, the oldest forgotten first) with what its quota had left, until
+// the end of the UTC day: an RPC needing more is refused without a store
+// call. Nothing remembered ever admits — an evicted entry, a restart or
+// another server asks the store again. A refund and a fairness reset make
+// the memory forget what it learnt before them: at once on the server that
+// made them, and, for a reset, on every other server sharing the store
+// within Config.StateRefresh.
+//
+// # The audit trail
+//
+// Every fairness reset is numbered and recorded in the store before it
+// takes effect, for 120 days, and logged; Admitter.Audit lists the trail
+// newest first, a bounded page at a time.
 //
 // # Durability
 //

@@ -2,132 +2,350 @@ package admission
 
 import (
 	"context"
-	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
 
-// tierOrder lists the prefix tiers from finest to coarsest within each
+// axis is one fairness axis: the source bucket, a prefix tier, or the
+// principal.
+type axis uint8
+
+const (
+	axisSource axis = iota
+	axisV4Slash24
+	axisV6Slash56
+	axisV6Slash48
+	axisPrincipal
+	numAxes
+)
+
+// axisNames name the axes in guard_limited answers.
+var axisNames = [numAxes]string{"source", "prefix " + wire.TierV4Slash24, "prefix " + wire.TierV6Slash56, "prefix " + wire.TierV6Slash48, "principal"}
+
+// tierAxes lists the prefix tiers from finest to coarsest within each
 // address family; the coarsest present names the source partition, so a
 // source and all of its tiers are reserved in one atomic batch.
-var tierOrder = []string{wire.TierV4Slash24, wire.TierV6Slash56, wire.TierV6Slash48}
+var tierAxes = [...]struct {
+	name string
+	axis axis
+}{{wire.TierV4Slash24, axisV4Slash24}, {wire.TierV6Slash56, axisV6Slash56}, {wire.TierV6Slash48, axisV6Slash48}}
 
-func (s Shares) tierDivisor(tier string) int64 {
-	switch tier {
-	case wire.TierV4Slash24:
+// divisor returns the divisor of ax.
+func (s Shares) divisor(ax axis) int64 {
+	switch ax {
+	case axisSource:
+		return s.Source
+	case axisV4Slash24:
 		return s.V4Slash24
-	case wire.TierV6Slash56:
+	case axisV6Slash56:
 		return s.V6Slash56
+	case axisV6Slash48:
+		return s.V6Slash48
 	}
-	return s.V6Slash48
+	return s.Principal
 }
 
-// share returns floor(allowance / divisor): the most one identity may
-// spend in a day.
-func (f *family) share(divisor int64) int64 { return f.allowance / divisor }
+// identities are the hashed identities one RPC is charged to.
+type identities struct {
+	source    string
+	tiers     [len(tierAxes)]string // by tierAxes index; "" when absent
+	principal string
+}
 
-// fairness charges n commands to the RPC's source bucket, its prefix tiers
-// and its principal, all or none.
-func (a *Admitter) fairness(ctx context.Context, f *family, req *wire.Request, day, n int64) error {
+func (id *identities) none() bool { return id.source == "" && id.principal == "" }
+
+func identitiesOf(source string, tiers map[string]string, principal string) identities {
+	id := identities{source: source, principal: principal}
+	if source != "" && source != wire.UnknownSource {
+		for i, t := range tierAxes {
+			id.tiers[i] = tiers[t.name]
+		}
+	}
+	return id
+}
+
+// identities returns what req is charged to in f: in a fair family an RPC
+// without a source is charged to the shared unknown bucket.
+func (a *Admitter) identities(f *family, req *wire.Request) identities {
 	source := req.Source
 	if source == "" && f.fair {
 		source = wire.UnknownSource
 	}
-	if a.cfg.switches.noSource {
+	sw := a.cfg.switches
+	if sw.noSource {
 		source = ""
 	}
-	principal := req.Principal
-	if a.cfg.switches.noPrincipal {
-		principal = ""
+	id := identitiesOf(source, req.SourceTiers, req.Principal)
+	if sw.noTiers {
+		id.tiers = [len(tierAxes)]string{}
 	}
-	var charged []engine.Budget
-	var srcPartition string
-	if source != "" {
-		var err error
-		srcPartition, charged, err = a.chargeSource(ctx, f, req, source, day, n)
-		if err != nil {
+	if sw.noPrincipal {
+		id.principal = ""
+	}
+	return id
+}
+
+// dayKeys are the names of one UTC day's records, built once a day rather
+// than on every RPC.
+type dayKeys struct {
+	day              int64
+	name             string // 2026-01-01
+	used, stop, warn string // in the family partition
+	// quota begins each axis' quota key; the identity's hash ends it, but
+	// for the principal, whose partition the hash already names.
+	quota [numAxes]string
+}
+
+func newDayKeys(day int64) *dayKeys {
+	d := dayName(day)
+	k := &dayKeys{day: day, name: d, used: "used/" + d, stop: "stop/" + d, warn: "warn/" + d}
+	k.quota[axisSource] = "src/" + d + "/"
+	for _, t := range tierAxes {
+		k.quota[t.axis] = "t/" + t.name + "/" + d + "/"
+	}
+	k.quota[axisPrincipal] = "p/" + d
+	return k
+}
+
+// keysOf returns the record names of day.
+func (a *Admitter) keysOf(day int64) *dayKeys {
+	if k := a.keys.Load(); k != nil && k.day == day {
+		return k
+	}
+	k := newDayKeys(day)
+	a.keys.Store(k)
+	return k
+}
+
+// quotaKey returns the key of id's quota on ax.
+func (k *dayKeys) quotaKey(ax axis, id string) string {
+	if ax == axisPrincipal {
+		return k.quota[ax]
+	}
+	return k.quota[ax] + id
+}
+
+// maxQuotas is the most quotas one RPC is charged to: a source, its tiers
+// and a principal.
+const maxQuotas = 2 + len(tierAxes)
+
+// scratch holds what charging one RPC needs, reused across RPCs so that an
+// admitted fair RPC allocates only the names of its quota records.
+type scratch struct {
+	out     engine.StepResult
+	cmds    [maxQuotas]engine.Command
+	budgets [maxQuotas]engine.Budget
+	axes    [maxQuotas]axis
+	ids     [maxQuotas]string
+	n       int
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+func (sc *scratch) add(ax axis, id, key string, limit int64) {
+	sc.budgets[sc.n] = engine.Budget{Key: key, Limit: limit, WindowMs: keyTTL}
+	sc.axes[sc.n], sc.ids[sc.n] = ax, id
+	sc.n++
+}
+
+// release returns sc to the pool, holding no caller's strings.
+func (sc *scratch) release() {
+	clear(sc.cmds[:sc.n])
+	clear(sc.budgets[:sc.n])
+	clear(sc.ids[:sc.n])
+	sc.n = 0
+	scratches.Put(sc)
+}
+
+// The two sides of an RPC's quotas, which fail and refund separately: the
+// source with its tiers (one partition) and the principal (another).
+const (
+	sideSource = iota
+	sidePrincipal
+)
+
+func sideOf(ax axis) int {
+	if ax == axisPrincipal {
+		return sidePrincipal
+	}
+	return sideSource
+}
+
+// charge charges n commands to id's source bucket, its prefix tiers and its
+// principal, all or none.
+//
+// The source and its tiers share one partition (named by the coarsest
+// tier) and are reserved in one atomic batch; the principal, whose quota is
+// shared across all sources, lives in a partition of its own. One batch
+// cannot hold both without a partition common to every source and
+// principal of the family: a hotspot every fair RPC would serialise on.
+// So when the principal refuses after the source was charged, the source
+// charge is refunded, and the RPC spends nothing. Between the two batches
+// a concurrent RPC may see the source charged and be refused: a
+// conservative error, never an over-admission.
+func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *dayKeys, n int64) error {
+	sc := scratches.Get().(*scratch)
+	defer sc.release()
+	var gens [2]int64
+	gens[sideSource], gens[sidePrincipal] = f.gen[sideSource].Load(), f.gen[sidePrincipal].Load()
+	var partition string
+	if id.source != "" {
+		sc.add(axisSource, id.source, k.quotaKey(axisSource, id.source), f.limits[axisSource])
+		name := id.source
+		for i, t := range tierAxes {
+			if h := id.tiers[i]; h != "" {
+				sc.add(t.axis, h, k.quotaKey(t.axis, h), f.limits[t.axis])
+				name = h
+			}
+		}
+		partition = f.quotaPrefix + name
+		if err := a.reserve(ctx, f, sc, partition, 0, n, k.day, &gens); err != nil {
 			return err
 		}
 	}
-	if principal == "" {
+	if id.principal == "" {
 		return nil
 	}
-	b := engine.Budget{Key: "p/" + dayName(day), Limit: f.share(f.shares.Principal), WindowMs: keyTTL}
-	denied, err := a.reserve(ctx, "adm/p/"+f.name+"/"+principal, n, b)
-	if err == nil && denied < 0 {
-		return nil
+	charged := sc.n
+	sc.add(axisPrincipal, id.principal, k.quotaKey(axisPrincipal, id.principal), f.limits[axisPrincipal])
+	err := a.reserve(ctx, f, sc, f.principalPrefix+id.principal, charged, n, k.day, &gens)
+	if err != nil && charged > 0 {
+		a.refund(ctx, f, sc, partition, charged, n)
 	}
-	// Undo the source charge so the refused RPC spends nothing. The
-	// budgets keep their expiry (kv.incr keeps a live record's TTL).
-	if len(charged) > 0 {
-		cmds := make([]engine.Command, len(charged))
-		for i, c := range charged {
-			cmds[i] = engine.Incr(c.Key, -n, keyTTL)
-		}
-		var out engine.StepResult
-		if uerr := a.eng.ApplyReserved(ctx, srcPartition, &out, cmds...); uerr != nil {
-			a.log.Error("refunding a source quota failed; it stays charged", "family", f.name, "err", uerr)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	return problem(wire.CodeLimited, fmt.Sprintf("family %q: principal quota exhausted for today", f.name))
+	return err
 }
 
-// chargeSource reserves n on the source bucket and its tiers in one batch.
-func (a *Admitter) chargeSource(ctx context.Context, f *family, req *wire.Request, source string, day, n int64) (string, []engine.Budget, error) {
-	d := dayName(day)
-	budgets := []engine.Budget{{Key: "src/" + d + "/" + source, Limit: f.share(f.shares.Source), WindowMs: keyTTL}}
-	names := []string{"source"}
-	partition := source
-	if source != wire.UnknownSource && !a.cfg.switches.noTiers {
-		for _, tier := range tierOrder {
-			h, ok := req.SourceTiers[tier]
-			if !ok {
-				continue
-			}
-			budgets = append(budgets, engine.Budget{Key: "t/" + tier + "/" + d + "/" + h, Limit: f.share(f.shares.tierDivisor(tier)), WindowMs: keyTTL})
-			names = append(names, "prefix "+tier)
-			partition = h
+// reserve reserves n on the budgets of sc from index from on, all in one
+// partition, in one atomic batch. A refusal is remembered and answered
+// with the first refusing axis. A share too small for n refuses without a
+// store call.
+func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partition string, from int, n, day int64, gens *[2]int64) error {
+	budgets := sc.budgets[from:sc.n]
+	for i := range budgets {
+		if budgets[i].Limit < n {
+			return f.limited[sc.axes[from+i]]
 		}
 	}
-	partition = "adm/q/" + f.name + "/" + partition
-	denied, err := a.reserve(ctx, partition, n, budgets...)
-	if err != nil {
-		return "", nil, err
+	sc.cmds[0] = engine.Reserve("", n, budgets...)
+	if err := a.eng.ApplyReserved(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
+		return a.unavailable("reserving a fairness quota", err)
 	}
-	if denied >= 0 {
-		return "", nil, problem(wire.CodeLimited, fmt.Sprintf("family %q: %s quota exhausted for today", f.name, names[denied]))
-	}
-	return partition, budgets, nil
-}
-
-// reserve reserves n on every budget of one partition, all or none. It
-// returns -1 when admitted, or the index of the first budget that denied. A
-// share too small for n denies without a store call.
-func (a *Admitter) reserve(ctx context.Context, partition string, n int64, budgets ...engine.Budget) (int, error) {
-	for i, b := range budgets {
-		if b.Limit < n {
-			return i, nil
-		}
-	}
-	var out engine.StepResult
-	if err := a.eng.ApplyReserved(ctx, partition, &out, engine.Reserve("", n, budgets...)); err != nil {
-		return 0, a.unavailable("reserving a fairness quota", err)
-	}
-	r := out.Results[0]
+	r := &sc.out.Results[0]
 	if r.Allowed {
-		return -1, nil
+		return nil
 	}
+	var refusal error
 	for i, w := range r.Windows {
-		if !w.Allowed {
-			return i, nil
+		if w.Allowed {
+			continue
+		}
+		ax := sc.axes[from+i]
+		a.remember(f, ax, sc.ids[from+i], day, gens[sideOf(ax)], w.Remaining)
+		if refusal == nil {
+			refusal = f.limited[ax]
 		}
 	}
-	return 0, nil
+	if refusal == nil {
+		refusal = f.limited[sc.axes[from]]
+	}
+	return refusal
+}
+
+// refund gives back the charge of the first count budgets of sc, reserved
+// in partition. The budgets keep their expiry (kv.incr keeps a live
+// record's TTL). Should the refund fail, the quotas stay charged: a
+// conservative error, logged.
+func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition string, count int, n int64) {
+	for i := range count {
+		sc.cmds[i] = engine.Incr(sc.budgets[i].Key, -n, keyTTL)
+	}
+	if err := a.eng.ApplyReserved(ctx, partition, &sc.out, sc.cmds[:count]...); err != nil {
+		a.log.Error("refunding a source quota failed; it stays charged", "family", f.name, "err", err)
+	}
+	// A concurrent RPC may have been refused for the charge just given
+	// back: what it remembers must not outlive the refund.
+	f.gen[sideSource].Add(1)
+}
+
+// The denial shortcut. An identity found exhausted is remembered, with
+// what it had left, until the end of its UTC day: an RPC needing more than
+// that is refused from memory, without a store call, since within one day
+// a quota only shrinks. Three things give a quota back, and each makes the
+// memory forget:
+//
+//   - the UTC day ends: an entry holds only for its day;
+//   - a refund (see charge): it advances the generation of the source
+//     side, and an entry holds only for the generation current when its
+//     RPC began, so an RPC that read the quota before the refund cannot
+//     remember a stale denial after it;
+//   - a fairness reset: it advances both generations on the server that
+//     made it, and writes a fresh reset epoch to the family's partition,
+//     which every other server sharing the store reads with its stop state
+//     within Config.StateRefresh and then advances its own generations.
+//
+// The memory is bounded (Config.DenialCache entries, the oldest evicted
+// first) and per server: an evicted entry, a restart or another server
+// asks the store again, which still refuses. Nothing remembered ever
+// admits.
+
+// denialKey names one identity of one family on one axis.
+type denialKey struct {
+	f  *family
+	ax axis
+	id string
+}
+
+// denial is a remembered refusal.
+type denial struct {
+	day, gen  int64
+	remaining int64 // what the quota had left when it refused
+}
+
+func (a *Admitter) remember(f *family, ax axis, id string, day, gen, remaining int64) {
+	if a.denials == nil {
+		return
+	}
+	a.denials.Add(denialKey{f, ax, id}, denial{day: day, gen: gen, remaining: remaining})
+	f.deniedDay.Store(day)
+}
+
+// knownExhausted returns the refusal of an RPC of n commands that a
+// remembered denial already decides, or nil.
+func (a *Admitter) knownExhausted(f *family, id *identities, day, n int64) error {
+	if a.denials == nil || f.deniedDay.Load() != day {
+		return nil
+	}
+	if id.source != "" {
+		gen := f.gen[sideSource].Load()
+		if a.refused(f, axisSource, id.source, day, gen, n) {
+			return f.limited[axisSource]
+		}
+		for i, t := range tierAxes {
+			if h := id.tiers[i]; h != "" && a.refused(f, t.axis, h, day, gen, n) {
+				return f.limited[t.axis]
+			}
+		}
+	}
+	if id.principal != "" && a.refused(f, axisPrincipal, id.principal, day, f.gen[sidePrincipal].Load(), n) {
+		return f.limited[axisPrincipal]
+	}
+	return nil
+}
+
+// refused reports whether a remembered denial of id on ax refuses n
+// commands on day at generation gen.
+func (a *Admitter) refused(f *family, ax axis, id string, day, gen, n int64) bool {
+	d, ok := a.denials.Peek(denialKey{f, ax, id})
+	return ok && d.day == day && d.gen == gen && n > d.remaining
+}
+
+// forget makes every remembered denial of f invalid: after a fairness reset.
+func (f *family) forget() {
+	f.gen[sideSource].Add(1)
+	f.gen[sidePrincipal].Add(1)
 }
 
 func parseInt(s string) (int64, bool) {

@@ -588,4 +588,18 @@ func TestFairnessResetIsAudited(t *testing.T) {
 	if n := strings.Count(s.logs.String(), `"msg":"fairness quota reset"`); n != 2 {
 		t.Errorf("%d audit lines, want 2", n)
 	}
+
+	// The store keeps both records, listed newest first; they survive a
+	// restart.
+	s.restart()
+	out, errOut, status = s.cli(t, "control", "audit")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if status != 0 || len(lines) != 3 ||
+		!strings.HasPrefix(lines[1], "2 ") || !strings.Contains(lines[1], "principal") ||
+		!strings.HasPrefix(lines[2], "1 ") || !strings.Contains(lines[2], "source (v4/24)") || !strings.Contains(lines[2], "office NAT") {
+		t.Errorf("control audit: status %d, %q %q", status, out, errOut)
+	}
+	if strings.Contains(out, "198.51.100") || strings.Contains(out, "bob") {
+		t.Errorf("the audit listing shows a raw identity:\n%s", out)
+	}
 }

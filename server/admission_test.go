@@ -241,6 +241,7 @@ func TestInvalidAdmissionAnswers503(t *testing.T) {
 				h.operator(http.MethodGet, wire.PathState, ""),
 				h.operator(http.MethodPost, wire.PathStop, `{"family":"default"}`),
 				h.operator(http.MethodPost, wire.PathFairnessReset, `{"family":"default","source":"s","actor":"x"}`),
+				h.operator(http.MethodGet, wire.PathAudit, ""),
 				h.operator(http.MethodGet, wire.PathReadyz, ""),
 			} {
 				var p wire.Problem
@@ -334,5 +335,65 @@ func TestFairnessResetIsAuditedAndReadmits(t *testing.T) {
 	}
 	if got := send(); got != 100 {
 		t.Errorf("after the reset s1 admitted %d, want a fresh 100", got)
+	}
+}
+
+// TestAuditListsFairnessResets resets three identities and lists them with
+// GET /control/audit: newest first, in pages following the cursor, behind
+// the operator token, with strict query parameters.
+func TestAuditListsFairnessResets(t *testing.T) {
+	h := newAdmHarness(t, fairSmall)
+	for _, who := range []string{"alice", "bob", "carol"} {
+		body := fmt.Sprintf(`{"family":"default","principal":"p-%s","actor":%q,"reason":"drill"}`, who, who)
+		if rec := h.operator(http.MethodPost, wire.PathFairnessReset, body); rec.Code != http.StatusOK {
+			t.Fatalf("reset: %d %s", rec.Code, rec.Body)
+		}
+	}
+	list := func(query string) admission.AuditPage {
+		t.Helper()
+		rec := h.operator(http.MethodGet, wire.PathAudit+query, "")
+		var page admission.AuditPage
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &page) != nil {
+			t.Fatalf("GET %s: %d %s", query, rec.Code, rec.Body)
+		}
+		return page
+	}
+	all := list("")
+	if len(all.Records) != 3 || all.Next != 0 {
+		t.Fatalf("whole trail: %+v", all)
+	}
+	for i, who := range []string{"carol", "bob", "alice"} {
+		r := all.Records[i]
+		if r.Seq != int64(3-i) || !strings.HasPrefix(r.Actor, who+" from ") || r.Reset.Principal != "p-"+who || r.Reset.Reason != "drill" {
+			t.Errorf("record %d: %+v", i, r)
+		}
+	}
+	first := list("?limit=2")
+	second := list(fmt.Sprintf("?limit=2&before=%d", first.Next))
+	if len(first.Records) != 2 || first.Next != 2 || len(second.Records) != 1 || second.Records[0].Seq != 1 || second.Next != 0 {
+		t.Errorf("pages of 2: %+v then %+v", first, second)
+	}
+	for _, query := range []string{"?limit=0", "?limit=1001", "?limit=x", "?before=-1", "?limit=1&limit=2", "?page=2"} {
+		if c := code(t, h.operator(http.MethodGet, wire.PathAudit+query, "")); c != wire.CodeInvalid {
+			t.Errorf("GET %s: %s, want invalid", query, c)
+		}
+	}
+	req := httptest.NewRequest(http.MethodGet, wire.PathAudit, nil)
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, req)
+	if c := code(t, rec); c != wire.CodeUnauthorized {
+		t.Errorf("without the token: %s", c)
+	}
+	if c := code(t, h.operator(http.MethodPost, wire.PathAudit, "")); c != wire.CodeMethod {
+		t.Errorf("POST: %s", c)
+	}
+
+	// A server without admission has no trail to list.
+	req = httptest.NewRequest(http.MethodGet, wire.PathAudit, nil)
+	req.Header.Set("Authorization", "Bearer "+admToken)
+	rec = httptest.NewRecorder()
+	newBoundServer(t).ServeHTTP(rec, req)
+	if c := code(t, rec); c != wire.CodeInvalid || !strings.Contains(rec.Body.String(), "admission is not enabled") {
+		t.Errorf("without admission: %d %s", rec.Code, rec.Body)
 	}
 }

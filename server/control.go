@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/admission"
@@ -179,4 +180,45 @@ func (s *Server) handleFairnessReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, rec)
+}
+
+// handleAudit answers GET /control/audit: a page of the fairness-reset
+// audit trail, newest first. The query may give limit (1…1,000, default
+// 100: how many sequence numbers the page reads) and before (the next of
+// the previous page).
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Admission == nil {
+		writeProblem(w, wire.CodeInvalid, "admission is not enabled on this server: there are no fairness resets to list")
+		return
+	}
+	var limit int
+	var before int64
+	for name, values := range r.URL.Query() {
+		if len(values) != 1 {
+			writeProblem(w, wire.CodeInvalid, fmt.Sprintf("query parameter %q given %d times", name, len(values)))
+			return
+		}
+		n, err := strconv.ParseInt(values[0], 10, 64)
+		switch {
+		case name != "limit" && name != "before":
+			writeProblem(w, wire.CodeInvalid, fmt.Sprintf("unknown query parameter %q (want limit, before)", name))
+			return
+		case err != nil || n < 1:
+			writeProblem(w, wire.CodeInvalid, fmt.Sprintf("query parameter %s=%q is not a whole number of at least 1", name, values[0]))
+			return
+		case name == "limit" && n > admission.MaxAuditLimit:
+			writeProblem(w, wire.CodeInvalid, fmt.Sprintf("limit %d above %d", n, admission.MaxAuditLimit))
+			return
+		case name == "limit":
+			limit = int(n)
+		default:
+			before = n
+		}
+	}
+	page, err := s.cfg.Admission.Audit(r.Context(), before, limit)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
 }

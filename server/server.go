@@ -91,6 +91,7 @@ func (s *Server) routes() {
 	handle(http.MethodPost, wire.PathResume, s.operator(s.handleResume))
 	handle(http.MethodGet, wire.PathState, s.operator(s.handleState))
 	handle(http.MethodPost, wire.PathFairnessReset, s.operator(s.handleFairnessReset))
+	handle(http.MethodGet, wire.PathAudit, s.operator(s.handleAudit))
 	handle(http.MethodGet, wire.PathHealthz, s.handleHealthz)
 	handle(http.MethodGet, wire.PathReadyz, s.handleReadyz)
 	s.routeLimiters()

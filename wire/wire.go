@@ -28,6 +28,7 @@ const (
 	PathState  = "/control/state"
 	// PathFairnessReset resets one identity's fairness quotas (audited).
 	PathFairnessReset = "/control/fairness/reset"
+	PathAudit         = "/control/audit" // the audit trail of fairness resets
 	PathHealthz       = "/healthz"
 	PathReadyz        = "/readyz"
 )

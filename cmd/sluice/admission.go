@@ -41,7 +41,7 @@ func (a *admissionFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.FairFamilies, "fair-families", a.FairFamilies, "families whose every RPC is charged to a source bucket (the shared unknown bucket when it names none), comma-separated")
 	fs.StringVar(&a.Shares, "shares", a.Shares, "fairness shares of every family as budget divisors, such as source=20,principal=20,v4/24=5,v6/56=10,v6/48=5")
 	fs.StringVar(&a.FamilyShares, "family-shares", a.FamilyShares, "fairness shares of one family, such as replay.source=10,replay.principal=40")
-	fs.StringVar(&a.Chunk, "admission-chunk", a.Chunk, "commands this server leases from a family's daily budget at a time")
+	fs.StringVar(&a.Chunk, "admission-chunk", a.Chunk, "commands this server leases from a family's daily budget at a time (at most 1 % of the budget)")
 	for name, env := range map[string]string{
 		"daily-budget":    "SLUICE_DAILY_BUDGET",
 		"families":        "SLUICE_FAMILIES",
@@ -121,13 +121,10 @@ func logAdmission(log *slog.Logger, cfg admission.Config) {
 		if slices.Contains(cfg.Fair, f) {
 			part += " (fair)"
 		}
+		if chunk := admission.EffectiveChunk(cfg.Chunk, allowances[f]); chunk < cfg.Chunk {
+			part += fmt.Sprintf(" (chunk %d: 1 %% of the budget)", chunk)
+		}
 		parts = append(parts, part)
 	}
 	log.Info("admission", "daily_budget", cfg.Total, "families", strings.Join(parts, ", "), "chunk", cfg.Chunk)
-	for _, f := range names {
-		if cfg.Chunk*20 > allowances[f] {
-			log.Warn("admission chunk above 5 % of a family's budget: its usage and 80 % warning count leased chunks, up to a chunk per server ahead of admissions; lower --admission-chunk",
-				"family", f, "allowance", allowances[f], "chunk", cfg.Chunk)
-		}
-	}
 }

@@ -173,6 +173,26 @@ func TestHitCountAndFairnessReset(t *testing.T) {
 		t.Errorf("after both resets: %v\n%s", err, out)
 	}
 
+	// Both resets are in the audit trail, newest first.
+	out, err = runSluice(t, env, "control", "audit")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err != nil || len(lines) != 3 || !strings.HasPrefix(lines[0], "SEQ ") ||
+		!strings.HasPrefix(lines[1], "2 ") || !strings.Contains(lines[1], "principal") || strings.Contains(lines[1], "source") ||
+		!strings.HasPrefix(lines[2], "1 ") || !strings.Contains(lines[2], "source (v6/48, v6/56)") || !strings.Contains(lines[2], "tester from ") || !strings.Contains(lines[2], "drill") {
+		t.Errorf("audit: %v\n%s", err, out)
+	}
+	out, err = runSluice(t, env, "control", "audit", "--limit", "1")
+	if err != nil || !strings.Contains(out, "\n2 ") || strings.Contains(out, "\n1 ") || !strings.HasSuffix(out, "older: sluice control audit --before 2\n") {
+		t.Errorf("audit --limit 1: %v\n%s", err, out)
+	}
+	out, err = runSluice(t, env, "control", "audit", "--limit", "1", "--before", "2")
+	if err != nil || !strings.Contains(out, "\n1 ") || strings.Contains(out, "older") {
+		t.Errorf("audit --before 2: %v\n%s", err, out)
+	}
+	if _, err := runSluice(t, env, "control", "audit", "--limit", "5000"); err == nil || !strings.Contains(err.Error(), "limit 5000 above 1000") {
+		t.Errorf("audit --limit 5000: %v", err)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -167,6 +167,10 @@ func TestServeRefusesAConfigurationItCannotRun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "log level") {
 		t.Errorf("SLUICE_LOG_LEVEL=loud: %v", err)
 	}
+	_, err = runSluice(t, map[string]string{"SLUICE_STATE_REFRESH": "1h"}, "serve", "--data-dir", dir)
+	if err == nil || !strings.Contains(err.Error(), "state refresh 1h0m0s outside 0…1m0s") {
+		t.Errorf("SLUICE_STATE_REFRESH=1h: %v", err)
+	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Error("a refused configuration created the data directory")
 	}

@@ -23,6 +23,8 @@ func TestServeConfigValidate(t *testing.T) {
 		{"unknown log format", func(c *serveConfig) { c.LogFormat = "xml" }, "log format"},
 		{"certificate without key", func(c *serveConfig) { c.TLSCert = "cert.pem" }, "tls"},
 		{"zero shutdown timeout", func(c *serveConfig) { c.ShutdownTimeout = 0 }, "shutdown"},
+		{"negative state refresh", func(c *serveConfig) { c.StateRefresh = -time.Second }, "state refresh"},
+		{"state refresh above a minute", func(c *serveConfig) { c.StateRefresh = time.Hour }, "state refresh"},
 		{"unbounded header read", func(c *serveConfig) { c.HTTP.ReadHeaderTimeout = 0 }, "read-header"},
 		{"unbounded headers", func(c *serveConfig) { c.HTTP.MaxHeaderBytes = 0 }, "header bytes"},
 	} {

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -124,7 +127,8 @@ func newControlCmd() *cobra.Command {
 		Use:   "control",
 		Short: "Operate a server's stop fence, family stops and fairness quotas",
 		Long: `Operate a server with the operator token: the global stop fence, the stop of
-one admission family, and the fairness quotas of one identity.
+one admission family, the fairness quotas of one identity and the audit trail
+of their resets.
 
 A stopped server answers every RPC 503 guard_stopped before running any
 command; a stopped family, every RPC of that family. Stored data is kept, and
@@ -171,8 +175,85 @@ fairness-reset).`,
 			return o.state(cmd.Context(), http.MethodGet, wire.PathState, nil, cmd.OutOrStdout())
 		},
 	}
-	cmd.AddCommand(stopCmd, resumeCmd, stateCmd, newFairnessResetCmd(&o))
+	cmd.AddCommand(stopCmd, resumeCmd, stateCmd, newFairnessResetCmd(&o), newAuditCmd(&o))
 	return cmd
+}
+
+func newAuditCmd(o *operatorRemote) *cobra.Command {
+	var limit int
+	var before int64
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "List the fairness resets, newest first",
+		Long: `List the audit trail of fairness resets kept by the server (120 days):
+newest first, one page at a time. Each record shows its number, when, who
+(as named, with the operator's address), the family, what was reset and why.
+Identities are hashed before they reach the server, so the trail names the
+axes reset, not the addresses or principals.
+
+A page reads --limit record numbers (default 100, at most 1,000); the command
+ends by naming the --before of the next, older page when there is one.`,
+		Example: `  sluice control audit
+  sluice control audit --limit 20 --before 381`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			q := url.Values{}
+			if limit != 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			if before != 0 {
+				q.Set("before", strconv.FormatInt(before, 10))
+			}
+			path := wire.PathAudit
+			if len(q) > 0 {
+				path += "?" + q.Encode()
+			}
+			var page admission.AuditPage
+			if err := o.do(cmd.Context(), http.MethodGet, path, nil, &page); err != nil {
+				return err
+			}
+			printAudit(cmd.OutOrStdout(), page)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "record numbers to read (1…1000; default 100)")
+	cmd.Flags().Int64Var(&before, "before", 0, "list the records older than this number (the previous page names it)")
+	return cmd
+}
+
+// printAudit prints a page of the audit trail as a table.
+func printAudit(out io.Writer, page admission.AuditPage) {
+	if len(page.Records) == 0 {
+		fmt.Fprintln(out, "no fairness resets recorded")
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tAT (UTC)\tACTOR\tFAMILY\tRESET\tREASON")
+		for _, r := range page.Records {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At.UTC().Format(time.RFC3339), r.Actor, r.Reset.Family, resetAxes(r.Reset), r.Reset.Reason)
+		}
+		tw.Flush()
+	}
+	if page.Next != 0 {
+		fmt.Fprintf(out, "older: sluice control audit --before %d\n", page.Next)
+	}
+}
+
+// resetAxes names what a reset covered: the source with its tiers, the
+// principal, or both.
+func resetAxes(r admission.ResetRequest) string {
+	var parts []string
+	if r.Source != "" {
+		tiers := slices.Sorted(maps.Keys(r.SourceTiers))
+		s := "source"
+		if len(tiers) > 0 {
+			s += " (" + strings.Join(tiers, ", ") + ")"
+		}
+		parts = append(parts, s)
+	}
+	if r.Principal != "" {
+		parts = append(parts, "principal")
+	}
+	return strings.Join(parts, " + ")
 }
 
 // fairnessReset is one fairness reset asked for at a terminal.

@@ -92,7 +92,7 @@ func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
 	perCall := map[string]bool{
 		"help": true, "timeout": true, "reason": true,
 		"partition": true, "key": true, "kind": true, "limit": true, "window": true, "cost": true,
-		"source": true, "principal": true, "count": true, "actor": true,
+		"source": true, "principal": true, "count": true, "actor": true, "before": true,
 		"dry-run": true, "force": true, "save": true, // sluice limits
 		// sluice hit's --family falls back to SLUICE_FAMILY; an operator's
 		// --family never falls back to anything, so a stop without one is

@@ -86,6 +86,7 @@ requests, then closes the store.`,
 	fl.StringVar(&cfg.TLSCert, "tls-cert", "", "PEM certificate chain; serves HTTPS with --tls-key")
 	fl.StringVar(&cfg.TLSKey, "tls-key", "", "PEM private key of --tls-cert")
 	fl.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
+	fl.DurationVar(&cfg.StateRefresh, "state-refresh", cfg.StateRefresh, "how often to read again the stop fence, family stops and fairness resets other servers on the store may change (0: on every RPC)")
 	cfg.Admission.addFlags(fl)
 	for name, env := range map[string]string{
 		"addr":             "SLUICE_ADDR",
@@ -102,6 +103,7 @@ requests, then closes the store.`,
 		"tls-cert":         "SLUICE_TLS_CERT",
 		"tls-key":          "SLUICE_TLS_KEY",
 		"shutdown-timeout": "SLUICE_SHUTDOWN_TIMEOUT",
+		"state-refresh":    "SLUICE_STATE_REFRESH",
 	} {
 		bindEnv(fl, name, env)
 	}
@@ -143,13 +145,14 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 	eng := engine.New(st)
 	admCfg := cfg.Admission.config()
 	admCfg.Logger = log.With("component", "admission")
+	admCfg.StateRefresh = cfg.StateRefresh
 	logAdmission(log, admCfg)
 	srv := server.New(eng, server.Config{
 		Secrets:       creds.Secrets,
 		OperatorToken: creds.OperatorToken,
 		Pepper:        creds.Pepper,
 		LimitsKey:     cfg.LimitsKey,
-		FenceRefresh:  server.DefaultConfig().FenceRefresh,
+		FenceRefresh:  cfg.StateRefresh,
 		Version:       version(),
 		Logger:        log,
 		Admission:     admission.New(eng, admCfg),

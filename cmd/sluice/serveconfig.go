@@ -18,6 +18,10 @@ const (
 	storeMemory = "memory"
 )
 
+// maxStateRefresh bounds --state-refresh: how late a server may apply a stop
+// made through another server sharing its store.
+const maxStateRefresh = time.Minute
+
 // The log formats.
 const (
 	logText = "text"
@@ -58,6 +62,11 @@ type serveConfig struct {
 	// ShutdownTimeout bounds how long a graceful shutdown waits for
 	// in-flight requests before closing their connections.
 	ShutdownTimeout time.Duration
+	// StateRefresh is how often the server reads again the stored state
+	// other servers sharing the store may change: the stop fence, family
+	// stops and fairness resets (server.Config.FenceRefresh and
+	// admission.Config.StateRefresh). Zero reads it on every RPC.
+	StateRefresh time.Duration
 	// HTTP bounds what a client can hold of the server.
 	HTTP server.HTTPConfig
 	// Admission holds the family budgets and fairness settings as given;
@@ -78,6 +87,7 @@ func defaultServeConfig() serveConfig {
 		LogLevel:        slog.LevelInfo,
 		LogFormat:       logText,
 		ShutdownTimeout: 30 * time.Second,
+		StateRefresh:    time.Second,
 		HTTP:            server.DefaultHTTPConfig(),
 		Admission:       defaultAdmissionFlags(),
 	}
@@ -118,6 +128,9 @@ func (c serveConfig) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("shutdown timeout %s must be positive", c.ShutdownTimeout))
+	}
+	if c.StateRefresh < 0 || c.StateRefresh > maxStateRefresh {
+		errs = append(errs, fmt.Errorf("state refresh %s outside 0…%s: a stop made through another server takes that long to apply here", c.StateRefresh, maxStateRefresh))
 	}
 	if err := c.HTTP.Validate(); err != nil {
 		errs = append(errs, err)
