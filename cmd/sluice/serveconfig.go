@@ -39,8 +39,10 @@ type serveConfig struct {
 	// operator-token file.
 	OperatorToken    string
 	OperatorTokenSet bool
-	// Store is storeDisk or storeMemory.
+	// Store is storeDisk, storeMemory or a Redis URL (see
+	// redisstore.ParseURL), configured further by Redis.
 	Store string
+	Redis redisFlags
 	// Fsync is the embedded store's write-ahead log policy, and
 	// FsyncInterval its period under the interval policy.
 	Fsync         diskstore.SyncPolicy
@@ -75,6 +77,7 @@ func defaultServeConfig() serveConfig {
 		ShutdownTimeout: 30 * time.Second,
 		HTTP:            server.DefaultHTTPConfig(),
 		Admission:       defaultAdmissionFlags(),
+		Redis:           defaultRedisFlags(),
 	}
 }
 
@@ -90,10 +93,14 @@ func (c serveConfig) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is empty"))
 	}
-	switch c.Store {
-	case storeDisk, storeMemory:
+	switch {
+	case c.Store == storeDisk, c.Store == storeMemory:
+	case isRedisStore(c.Store):
+		if _, _, err := c.Redis.options(c.Store); err != nil {
+			errs = append(errs, err)
+		}
 	default:
-		errs = append(errs, fmt.Errorf("store %q (want %s or %s)", c.Store, storeDisk, storeMemory))
+		errs = append(errs, fmt.Errorf("store %q (want %s, %s or a Redis URL such as redis://host:6379)", c.Store, storeDisk, storeMemory))
 	}
 	switch c.Fsync {
 	case diskstore.SyncAlways, diskstore.SyncOnInterval, diskstore.SyncNever:
