@@ -6,7 +6,6 @@
 
 local function buildWindows(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
-	local now, prefix = S.now, S.prefix
 	-- Window kinds: algo.Kind, and the record kind each is stored as.
 	local K_FIXED, K_SLIDING, K_LOG, K_GCRA = 1, 2, 3, 4
 	local WINDOW_RECORD = {FIXED, SLIDING, LOG, GCRA}
