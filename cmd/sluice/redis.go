@@ -23,11 +23,13 @@ type redisFlags struct {
 	Prefix           string
 	Timeout          time.Duration
 	AllowEviction    bool
+	WaitReplicas     int
+	WaitTimeout      time.Duration
 }
 
 func defaultRedisFlags() redisFlags {
 	d := redisstore.DefaultConfig()
-	return redisFlags{Prefix: d.Prefix, Timeout: d.Timeout}
+	return redisFlags{Prefix: d.Prefix, Timeout: d.Timeout, WaitTimeout: redisstore.DefaultWaitTimeout}
 }
 
 // addFlags declares the Redis flags and their variables on fs.
@@ -37,7 +39,11 @@ func (r *redisFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&r.Prefix, "redis-prefix", r.Prefix, "prefix of every key the Redis store writes")
 	fs.DurationVar(&r.Timeout, "redis-timeout", r.Timeout, "bound on every Redis store call; past it the call fails and nothing is admitted")
 	fs.BoolVar(&r.AllowEviction, "redis-allow-eviction", false, "start on a Redis whose maxmemory-policy is not noeviction (an evicted window admits beyond its limit)")
+	fs.IntVar(&r.WaitReplicas, "redis-wait-replicas", 0, "replicas that must acknowledge every batch (Redis WAIT) before it is answered; unacknowledged batches fail, so a failover loses no answered admission")
+	fs.DurationVar(&r.WaitTimeout, "redis-wait-timeout", r.WaitTimeout, "how long a batch waits for --redis-wait-replicas; shorter than --redis-timeout")
 	for name, env := range map[string]string{
+		"redis-wait-replicas":     "SLUICE_REDIS_WAIT_REPLICAS",
+		"redis-wait-timeout":      "SLUICE_REDIS_WAIT_TIMEOUT",
 		"redis-password":          "SLUICE_REDIS_PASSWORD",
 		"redis-sentinel-password": "SLUICE_REDIS_SENTINEL_PASSWORD",
 		"redis-prefix":            "SLUICE_REDIS_PREFIX",
@@ -77,9 +83,10 @@ func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstor
 			opts.SentinelPassword = r.SentinelPassword
 		}
 	}
-	cfg := redisstore.Config{Prefix: r.Prefix, Timeout: r.Timeout, AllowEviction: r.AllowEviction}
+	cfg := redisstore.Config{Prefix: r.Prefix, Timeout: r.Timeout, AllowEviction: r.AllowEviction,
+		WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout}
 	if err := cfg.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("--redis-prefix or --redis-timeout: %w", err))
+		errs = append(errs, fmt.Errorf("Redis store settings (--redis-*): %w", err))
 	}
 	return opts, cfg, errors.Join(errs...)
 }

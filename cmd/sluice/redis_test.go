@@ -37,7 +37,10 @@ func TestServeConfigRedisStore(t *testing.T) {
 			c.Store, c.Redis.SentinelPassword = "redis://h", "Secret2"
 		}, "not redis+sentinel"},
 		{"brace in prefix", func(c *serveConfig) { c.Store, c.Redis.Prefix = "redis://h", "a{b" }, "brace"},
-		{"zero timeout", func(c *serveConfig) { c.Store, c.Redis.Timeout = "redis://h", -time.Second }, "timeout"},
+		{"zero timeout", func(c *serveConfig) { c.Store, c.Redis.Timeout = "redis://h", -time.Second }, "Timeout"},
+		{"wait longer than the timeout", func(c *serveConfig) {
+			c.Store, c.Redis.WaitReplicas, c.Redis.WaitTimeout = "redis://h", 1, time.Second
+		}, "WaitTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := defaultServeConfig()

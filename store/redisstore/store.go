@@ -122,6 +122,9 @@ func New(client Client, cfg Config) (*Store, error) {
 	if err := checkClient(client); err != nil {
 		return nil, err
 	}
+	if cfg.WaitReplicas > 0 && !canWait(client) {
+		return nil, fmt.Errorf("%w: redisstore: WaitReplicas needs a client that can hold one connection for a batch and its WAIT (*redis.Client or *redis.ClusterClient), not %T", engine.ErrInvalid, client)
+	}
 	if !cfg.AllowEviction {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 		defer cancel()
@@ -201,7 +204,13 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.eval(ctx, c)
+	var reply any
+	var err error
+	if s.cfg.WaitReplicas > 0 {
+		reply, err = s.evalWait(ctx, c)
+	} else {
+		reply, err = s.eval(ctx, s.client, c)
+	}
 	c.clear()
 	if err != nil {
 		return unavailable(err)
@@ -219,10 +228,10 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 // loading it with EVAL on NOSCRIPT. Loading the library costs one call per
 // server and version; after it, a call runs only the batch, where a script
 // first rebuilds every function of the chunk (see lua/prelude.lua).
-func (s *Store) eval(ctx context.Context, c *call) (any, error) {
+func (s *Store) eval(ctx context.Context, r runner, c *call) (any, error) {
 	if !s.scripts.Load() {
 		loads := s.loads.Load()
-		reply, err := s.client.FCall(ctx, functionName, c.keys, c.args...).Result()
+		reply, err := r.FCall(ctx, functionName, c.keys, c.args...).Result()
 		switch {
 		case err == nil:
 			return reply, nil
@@ -234,7 +243,7 @@ func (s *Store) eval(ctx context.Context, c *call) (any, error) {
 			return reply, err
 		case !s.scripts.Load():
 			// The library is loaded now.
-			reply, err = s.client.FCall(ctx, functionName, c.keys, c.args...).Result()
+			reply, err = r.FCall(ctx, functionName, c.keys, c.args...).Result()
 			if err == nil || !redis.HasErrorPrefix(err, "Function not found") {
 				return reply, err
 			}
@@ -242,11 +251,75 @@ func (s *Store) eval(ctx context.Context, c *call) (any, error) {
 			// us): run this batch as a script.
 		}
 	}
-	reply, err := s.client.EvalSha(ctx, batchSHA, c.keys, c.args...).Result()
+	reply, err := r.EvalSha(ctx, batchSHA, c.keys, c.args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = s.client.Eval(ctx, batchScript, c.keys, c.args...).Result()
+		reply, err = r.Eval(ctx, batchScript, c.keys, c.args...).Result()
 	}
 	return reply, err
+}
+
+// runner runs the batch code: the store's client, or one connection of it.
+type runner interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+}
+
+// The clients that can hold one connection for a batch and its WAIT: a
+// single node's or Sentinel's client, and a cluster client, through the
+// master of the batch's slot.
+type (
+	connPinner interface{ Conn() *redis.Conn }
+	slotMaster interface {
+		MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+		ReloadState(ctx context.Context)
+	}
+)
+
+// canWait reports whether client can run a batch and its WAIT on one
+// connection.
+func canWait(client Client) bool {
+	switch client.(type) {
+	case connPinner, slotMaster:
+		return true
+	}
+	return false
+}
+
+// evalWait runs the batch and then WAIT on the same connection, which
+// waits for the replicas to acknowledge that connection's writes. On a
+// cluster the connection is one to the master of the batch's slot, taken
+// outside the cluster client, so a redirection (the slot moved) is not
+// followed: it fails the batch and refreshes the client's view of the
+// cluster.
+func (s *Store) evalWait(ctx context.Context, c *call) (any, error) {
+	var conn *redis.Conn
+	switch cl := s.client.(type) {
+	case slotMaster:
+		node, err := cl.MasterForKey(ctx, c.keys[0])
+		if err != nil {
+			return nil, err
+		}
+		conn = node.Conn()
+	case connPinner:
+		conn = cl.Conn()
+	}
+	defer conn.Close()
+	reply, err := s.eval(ctx, conn, c)
+	if err != nil {
+		if sm, ok := s.client.(slotMaster); ok && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+			sm.ReloadState(ctx)
+		}
+		return nil, err
+	}
+	acked, err := conn.Wait(ctx, s.cfg.WaitReplicas, s.cfg.WaitTimeout).Result()
+	if err != nil {
+		return nil, err
+	}
+	if acked < int64(s.cfg.WaitReplicas) {
+		return nil, fmt.Errorf("%w: redisstore: the batch reached %d of %d replicas within %v; the primary applied it, so its outcome is unknown", engine.ErrUnavailable, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
+	}
+	return reply, nil
 }
 
 // functionsMissing reports whether err, the error of an FCALL, means that

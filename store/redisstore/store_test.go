@@ -28,6 +28,12 @@ func TestConfigValidate(t *testing.T) {
 		"long prefix":     valid(func(c *redisstore.Config) { c.Prefix = strings.Repeat("p", 65) }),
 		"negative time":   valid(func(c *redisstore.Config) { c.Timeout = -time.Second }),
 		"timeout too big": valid(func(c *redisstore.Config) { c.Timeout = time.Hour }),
+		"negative wait":   valid(func(c *redisstore.Config) { c.WaitReplicas = -1 }),
+		"too many waits":  valid(func(c *redisstore.Config) { c.WaitReplicas = redisstore.MaxWaitReplicas + 1 }),
+		"wait too long": valid(func(c *redisstore.Config) {
+			c.WaitReplicas, c.WaitTimeout = 1, c.Timeout
+		}),
+		"wait under 1ms": valid(func(c *redisstore.Config) { c.WaitReplicas, c.WaitTimeout = 1, time.Microsecond }),
 	} {
 		if err := c.Validate(); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)
@@ -38,6 +44,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := redisstore.DefaultConfig().Validate(); err != nil {
 		t.Errorf("DefaultConfig: %v", err)
+	}
+	if err := (redisstore.Config{WaitReplicas: 1}).Validate(); err != nil {
+		t.Errorf("WaitReplicas with the default WaitTimeout: %v", err)
 	}
 }
 
