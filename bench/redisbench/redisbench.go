@@ -400,7 +400,7 @@ func startSluice(perCall int) func(context.Context, *Server, Options) (instance,
 			in.partitions = append(in.partitions, "p"+strconv.Itoa(i))
 		}
 		for i := range perCall {
-			w := engine.Window{Key: "w" + strconv.Itoa(i), Kind: algo.KindGCRA, Limit: 1 << 40, WindowMs: 60_000}
+			w := engine.Window{Key: "w" + strconv.Itoa(i), Kind: algo.KindGCRA, Limit: 1_000_000_000, WindowMs: 60_000}
 			in.cmds = append(in.cmds, engine.Hit(1, w))
 		}
 		return in, nil
