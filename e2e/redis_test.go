@@ -249,3 +249,22 @@ func fleetFamily(t *testing.T, s *server, token string) admission.FamilyState {
 	t.Fatalf("no family %q in %s", admission.DefaultFamily, a.Body)
 	return admission.FamilyState{}
 }
+
+// TestRedisSentinelStore starts a server on a redis+sentinel:// URL: it
+// finds the primary through the sentinel and serves from it.
+func TestRedisSentinelStore(t *testing.T) {
+	t.Parallel()
+	r := redistest.StartReplicated(t)
+	sentinel := redistest.StartSentinel(t, r.Primary)
+	fleet := startRedisFleet(t, 1, "redis+sentinel://"+sentinel.Addr+"/"+redistest.SentinelPrimary)
+	s := fleet.servers[0]
+	partition := unique(t, "sentinel")
+	s.do(t, request(step(partition, engine.Set("k", "through the sentinel", hour))))
+	if v, ok := s.get(t, partition, "k"); !ok || v != "through the sentinel" {
+		t.Fatalf("read back %q, %v", v, ok)
+	}
+	primary := r.Primary.Client(t)
+	if n, err := primary.DBSize(t.Context()).Result(); err != nil || n == 0 {
+		t.Errorf("the sentinel's primary holds %d keys (%v): the server wrote elsewhere", n, err)
+	}
+}
