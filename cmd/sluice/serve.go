@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/diskstore"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/redisstore"
 )
 
 func newServeCmd() *cobra.Command {
@@ -40,6 +41,12 @@ signing secret, a key pepper and an operator token (files "secret", "pepper"
 and "operator-token", mode 0600), so it is authenticated from its first
 second; later starts reuse them. --secrets and --operator-token replace the
 files.
+
+With --store redis://host:6379 (or rediss://, redis+cluster://host1:port,
+host2:port, redis+sentinel://host:26379/mastername) the quotas, replay
+records, the stop fence and the admission state live in Redis, and any
+number of servers given the same URL, --secrets and --operator-token share
+them. Prefer $SLUICE_REDIS_PASSWORD to a password in the URL.
 
 Every RPC names an admission family and spends its daily budget
 (--daily-budget, split by --family-budgets or equally among --families).
@@ -78,7 +85,7 @@ requests, then closes the store.`,
 	fl.StringVar(&cfg.OperatorToken, "operator-token", "", "bearer token of the operator endpoints (default: the data directory's operator-token file)")
 	fl.StringVar(&cfg.Pepper, "pepper", "", "the clients' key-hashing pepper, which /v1/limiters needs (default: the data directory's pepper file)")
 	fl.StringVar(&cfg.LimitsKey, "limits-key", "", "bearer token granting /v1/limiters only (default: none; the operator token grants it too)")
-	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable) or memory (lost on exit)")
+	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable), memory (lost on exit), or a Redis URL: redis://, rediss://, redis+cluster://, redis+sentinel:// (see docs/operations.md)")
 	fl.StringVar(&fsync, "fsync", string(cfg.Fsync), "write-ahead log fsync policy of the disk store: always, interval or never")
 	fl.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period under --fsync interval")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -88,6 +95,7 @@ requests, then closes the store.`,
 	fl.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful shutdown waits for in-flight requests")
 	fl.DurationVar(&cfg.StateRefresh, "state-refresh", cfg.StateRefresh, "how often to read again the stop fence, family stops and fairness resets other servers on the store may change (0: on every RPC)")
 	cfg.Admission.addFlags(fl)
+	cfg.Redis.addFlags(fl)
 	for name, env := range map[string]string{
 		"addr":             "SLUICE_ADDR",
 		"data-dir":         "SLUICE_DATA_DIR",
@@ -171,7 +179,7 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 		return err
 	}
 	log.Info("listening", "addr", ln.Addr().String(), "tls", tlsConfig != nil,
-		"store", cfg.Store, "fsync", cfg.Fsync, "data_dir", absPath(cfg.DataDir))
+		"store", redisstore.RedactURL(cfg.Store), "fsync", cfg.Fsync, "data_dir", absPath(cfg.DataDir))
 	if tlsConfig == nil && !isLoopback(cfg.Addr) {
 		log.Warn("serving plain HTTP beyond loopback: signed requests cannot be replayed, but they can be read; use --tls-cert and --tls-key", "addr", cfg.Addr)
 	}
@@ -274,8 +282,10 @@ func source(fromFlag bool, file string) string {
 
 // openStore opens the store cfg names.
 func openStore(cfg serveConfig, log *slog.Logger) (engine.Store, error) {
-	switch cfg.Store {
-	case storeMemory:
+	switch {
+	case isRedisStore(cfg.Store):
+		return cfg.Redis.open(cfg.Store, log)
+	case cfg.Store == storeMemory:
 		log.Warn("memory store: every quota and record is lost when the process exits")
 		return memstore.New(memstore.DefaultConfig())
 	default:

@@ -48,8 +48,10 @@ type serveConfig struct {
 	PepperSet bool
 	// LimitsKey, if set, is the bearer token granting /v1/limiters only.
 	LimitsKey string
-	// Store is storeDisk or storeMemory.
+	// Store is storeDisk, storeMemory or a Redis URL (see
+	// redisstore.ParseURL), configured further by Redis.
 	Store string
+	Redis redisFlags
 	// Fsync is the embedded store's write-ahead log policy, and
 	// FsyncInterval its period under the interval policy.
 	Fsync         diskstore.SyncPolicy
@@ -90,6 +92,7 @@ func defaultServeConfig() serveConfig {
 		StateRefresh:    time.Second,
 		HTTP:            server.DefaultHTTPConfig(),
 		Admission:       defaultAdmissionFlags(),
+		Redis:           defaultRedisFlags(),
 	}
 }
 
@@ -105,10 +108,14 @@ func (c serveConfig) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is empty"))
 	}
-	switch c.Store {
-	case storeDisk, storeMemory:
+	switch {
+	case c.Store == storeDisk, c.Store == storeMemory:
+	case isRedisStore(c.Store):
+		if _, _, err := c.Redis.options(c.Store); err != nil {
+			errs = append(errs, err)
+		}
 	default:
-		errs = append(errs, fmt.Errorf("store %q (want %s or %s)", c.Store, storeDisk, storeMemory))
+		errs = append(errs, fmt.Errorf("store %q (want %s, %s or a Redis URL such as redis://host:6379)", c.Store, storeDisk, storeMemory))
 	}
 	switch c.Fsync {
 	case diskstore.SyncAlways, diskstore.SyncOnInterval, diskstore.SyncNever:

@@ -1,5 +1,6 @@
 // Package redistest starts real redis-server processes for tests: a single
-// node, a cluster of masters, and a primary with a replica. Each server runs
+// node, a cluster of masters, a primary with a replica, and a sentinel
+// watching a primary. Each server runs
 // on a free loopback port with persistence off, in a directory of the test's
 // own, and is stopped by its process id when the test ends.
 //
@@ -91,6 +92,12 @@ func start(t testing.TB, cluster bool, extra []string) *Server {
 }
 
 func launch(t testing.TB, bin string, cluster bool, extra []string) (*Server, error) {
+	return launchIn(t, bin, cluster, nil, extra)
+}
+
+// launchIn starts one server; first, if any, are the arguments before the
+// defaults (a sentinel's configuration file and --sentinel).
+func launchIn(t testing.TB, bin string, cluster bool, first func(dir string) ([]string, error), extra []string) (*Server, error) {
 	ports, err := freePorts(1 + btoi(cluster))
 	if err != nil {
 		return nil, err
@@ -99,7 +106,13 @@ func launch(t testing.TB, bin string, cluster bool, extra []string) (*Server, er
 	if err != nil {
 		return nil, err
 	}
-	args := []string{
+	var args []string
+	if first != nil {
+		if args, err = first(dir); err != nil {
+			return nil, err
+		}
+	}
+	args = append(args,
 		"--port", strconv.Itoa(ports[0]),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -107,7 +120,7 @@ func launch(t testing.TB, bin string, cluster bool, extra []string) (*Server, er
 		"--dir", dir,
 		"--logfile", "redis.log",
 		"--daemonize", "no",
-	}
+	)
 	if cluster {
 		args = append(args,
 			"--cluster-enabled", "yes",
@@ -159,7 +172,8 @@ func (s *Server) waitReady() error {
 	}
 }
 
-// ping sends one PING over a fresh connection.
+// ping sends one PING over a fresh connection and checks that the server
+// answers it.
 func ping(addr string) error {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -174,7 +188,8 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	// A server started with --requirepass answers NOAUTH: it is up.
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("PING answered %q", line)
 	}
 	return nil
@@ -412,6 +427,57 @@ func (r *Replicated) Promote(ctx context.Context) error {
 	replica := redis.NewClient(r.Replica.Options())
 	defer replica.Close()
 	return replica.Do(ctx, "replicaof", "no", "one").Err()
+}
+
+// SentinelPrimary is the name under which StartSentinel's sentinel
+// watches its primary.
+const SentinelPrimary = "sluice"
+
+// StartSentinel starts one sentinel watching primary under the name
+// SentinelPrimary, with a quorum of one and a down-after of one second, so
+// that it fails over about a second after the primary stops answering. It
+// waits until the sentinel knows the primary and stops when t ends.
+func StartSentinel(t testing.TB, primary *Server) *Server {
+	t.Helper()
+	bin := Binary(t)
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	conf := func(dir string) ([]string, error) {
+		// A sentinel rewrites its configuration file, so it needs one of
+		// its own; the command line adds the rest.
+		path := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("sentinel monitor %s %s %s 1\n"+
+			"sentinel down-after-milliseconds %[1]s 1000\n"+
+			"sentinel failover-timeout %[1]s 10000\n", SentinelPrimary, host, port)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			return nil, err
+		}
+		return []string{path, "--sentinel"}, nil
+	}
+	var s *Server
+	var err error
+	for range 5 {
+		if s, err = launchIn(t, bin, false, conf, nil); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("redistest: could not start a sentinel: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	for {
+		addr, err := c.GetMasterAddrByName(ctx, SentinelPrimary).Result()
+		if err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == primary.Addr {
+			return s
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("redistest: sentinel %s does not know its primary %s: %v %v", s.Addr, primary.Addr, addr, err)
+		case <-time.After(20 * time.Millisecond): // polling a readiness condition
+		}
+	}
 }
 
 // infoField returns the value of a "name:value" line of INFO or CLUSTER

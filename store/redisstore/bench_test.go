@@ -77,23 +77,35 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// scriptUsec reads usec_per_call of EVALSHA from INFO commandstats.
+// scriptUsec reads the run time per call of the batch code — FCALL, or
+// EVALSHA and EVAL for a store running scripts — from INFO commandstats.
 func scriptUsec(b *testing.B, c *redis.Client) float64 {
 	info, err := c.Info(b.Context(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
+	var calls, usec float64
 	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:")
-		if !ok {
-			continue
-		}
-		for field := range strings.SplitSeq(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "usec_per_call="); ok {
+		line = strings.TrimSpace(line)
+		for _, cmd := range []string{"fcall", "evalsha", "eval"} {
+			rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":")
+			if !ok {
+				continue
+			}
+			for field := range strings.SplitSeq(rest, ",") {
+				k, v, _ := strings.Cut(field, "=")
 				f, _ := strconv.ParseFloat(v, 64)
-				return f
+				switch k {
+				case "calls":
+					calls += f
+				case "usec":
+					usec += f
+				}
 			}
 		}
 	}
-	return 0
+	if calls == 0 {
+		return 0
+	}
+	return usec / calls
 }

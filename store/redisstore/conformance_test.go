@@ -45,3 +45,17 @@ func TestConformanceCluster(t *testing.T) {
 		return s
 	})
 }
+
+// TestConformanceScripts runs the suite on a store running its batches as
+// scripts (EVALSHA), as on a server without functions.
+func TestConformanceScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		redisstore.UseScripts(s)
+		return s
+	})
+}

@@ -18,20 +18,32 @@
 // then on. The client must honour context deadlines (ContextTimeoutEnabled),
 // so that every call ends within Config.Timeout: New refuses a go-redis
 // client without it. Turn automatic retries off (MaxRetries: -1): a retry
-// after a broken connection may run a batch a second time.
+// after a broken connection may run a batch a second time. [ParseURL] turns
+// a store URL — redis://, rediss://, redis+cluster://, redis+sentinel:// —
+// into options for redis.NewUniversalClient that meet both conditions.
 //
 // # Batches
 //
-// A batch is one call of one Lua script (the files under lua/, embedded and
-// joined), by EVALSHA, falling back to EVAL when the server answers
-// NOSCRIPT (after a restart, a failover or SCRIPT FLUSH). Redis runs a script without interleaving any
+// A batch is one call of the batch code (the files under lua/, embedded and
+// joined). On Redis 7 and later the code is a function library: the store
+// loads it with FUNCTION LOAD the first time a server lacks it (a fresh
+// server, a restart without persistence, FUNCTION FLUSH; on every master of
+// a cluster) and calls it with FCALL, so Redis builds its functions once,
+// not on every call. The library's name carries the code's digest, so that
+// versions of Sluice sharing one Redis each call their own; libraries of
+// versions no longer running can be removed with FUNCTION DELETE. On a
+// server without functions (or whose ACL refuses them) the same code runs
+// as a script: EVALSHA, falling back to EVAL when the server answers
+// NOSCRIPT. Redis runs a function or a script without interleaving any
 // other command, which makes the batch atomic. Lua has no rollback, so the
-// script evaluates every command against a table of its own first and
+// code evaluates every command against a table of its own first and
 // writes only when none failed: a batch that fails — a key of the wrong
 // type, a counter overflow, an operation id reused with other commands —
 // leaves every key as it was. Redis refuses a script's first write when it
-// is out of memory; the script makes every write after evaluating, so
-// that refusal, too, leaves the batch without effect.
+// is out of memory (and a whole FCALL, which the store then retries as a
+// script, so that a batch that only reads still answers); the code makes
+// every write after evaluating, so that refusal, too, leaves the batch
+// without effect.
 //
 // The script mirrors the engine's executor and package algo transition for
 // transition, and passes the same conformance suite (store/storetest) as
@@ -85,10 +97,20 @@
 // may be missing from the replica that takes over — the windows then hold
 // fewer hits than were admitted, so the limit is exceeded by what was lost,
 // and replay records written in that interval are gone, so a retry of a
-// lost batch is charged again. WAIT and min-replicas-to-write narrow the
-// interval but do not close it. Persistence (RDB, AOF) decides what a
+// lost batch is charged again. Persistence (RDB, AOF) decides what a
 // restart of a lone server loses in the same way. Size these losses for
 // your limits; Sluice does not claim them away.
+//
+// Config.WaitReplicas closes the gap at a price: after each batch the store
+// sends WAIT on the same connection (on a cluster, a connection of the
+// master of the batch's slot), and a batch that fewer replicas acknowledge
+// within Config.WaitTimeout fails with engine.ErrUnavailable — its outcome
+// unknown, since the primary applied it. No admission is then reported that
+// a promoted replica lacks, but every batch costs a replication round trip,
+// and every batch fails while too few replicas answer, a promoted primary
+// included until a replica attaches. The server-side min-replicas-to-write
+// narrows the gap without closing it. The measured figures are in the
+// project's docs/operations.md ("Redis").
 //
 // # maxmemory-policy
 //
@@ -106,7 +128,8 @@
 // engine.ErrOperationConflict — with nothing written. Every other failure —
 // a timeout, a refused connection, an unresponsive server, redirections
 // exhausted, CROSSSLOT, an OOM or BUSY reply, a reply that does not decode —
-// is engine.ErrUnavailable: the batch's outcome is unknown, and nothing in
+// is engine.ErrUnavailable (as is a batch its replicas did not acknowledge
+// under Config.WaitReplicas): the batch's outcome is unknown, and nothing in
 // the StepResult may be read as admitted (Apply leaves it empty). Retry with
 // the same operation id.
 package redisstore

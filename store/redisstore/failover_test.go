@@ -18,17 +18,23 @@ import (
 )
 
 // TestFailoverLoss measures what a failover costs, rather than assuming
-// it: about 1,000 hits per second on one key (a fixed window of 400 per
+// it: about 1,000 hits per second on one key (a fixed window of 900 per
 // second) go to a primary with one replica; the primary is killed with
 // SIGKILL, the replica promoted, and the load moves to it. Redis replicates
 // asynchronously, so the promoted replica may lack the primary's last
 // batches. The test reports, per window, the admissions beyond the limit,
 // and how many acknowledged batches lost their replay record (found by
-// replaying every acknowledged operation on the new primary). It runs with
-// the server defaults and with min-replicas-to-write 1, where the promoted
-// replica refuses every write until a replica of its own has attached (one
-// is started at once, as an operator's failover would reattach the old
-// primary): every admission fails closed meanwhile.
+// replaying every acknowledged operation on the new primary).
+//
+// It runs each protection — none (the server defaults),
+// min-replicas-to-write 1, and the store's WaitReplicas 1 (WAIT after
+// every batch) — twice: with the replica in sync when the primary dies,
+// and with the replica's link cut for the last 200 hits before (it is
+// pointed at an address where nothing listens, keeping its data, as a
+// network partition between the two would), the case where asynchronous
+// replication loses acknowledged writes. Where a protection refuses writes
+// without a replica, one is attached to the promoted primary at once, as
+// an operator's failover would reattach the old primary.
 //
 // What it asserts holds whatever the timing: the new primary serves, and
 // no window admits more beyond its limit than the admissions it lost.
@@ -36,16 +42,26 @@ func TestFailoverLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("failover measurement: skipped in -short mode")
 	}
-	for _, c := range []struct {
-		name     string
-		extra    []string
-		reattach bool
-	}{
-		{"async", nil, false},
-		{"min-replicas-to-write", []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"}, true},
+	minReplicas := []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"}
+	for _, c := range []failoverCase{
+		{name: "async"},
+		{name: "min-replicas-to-write", extra: minReplicas, reattach: true},
+		{name: "wait", wait: 1, reattach: true},
+		{name: "async/replica-cut", cut: true},
+		{name: "min-replicas-to-write/replica-cut", extra: minReplicas, reattach: true, cut: true},
+		{name: "wait/replica-cut", wait: 1, reattach: true, cut: true},
 	} {
-		t.Run(c.name, func(t *testing.T) { failover(t, c.extra, c.reattach) })
+		t.Run(c.name, func(t *testing.T) { failover(t, c) })
 	}
+}
+
+// failoverCase is one failover scenario.
+type failoverCase struct {
+	name     string
+	extra    []string // redis-server arguments of every server
+	wait     int      // Config.WaitReplicas of the load's stores
+	reattach bool     // attach a replica to the promoted primary at once
+	cut      bool     // cut the replica's link for the last 200 hits before the kill
 }
 
 // outcome is one hit as its caller saw it.
@@ -55,17 +71,19 @@ type outcome struct {
 	window  int64 // the window's end: its ResetAt
 }
 
-func failover(t *testing.T, extra []string, reattach bool) {
+func failover(t *testing.T, fc failoverCase) {
 	const (
 		rate  = 1000 // hits per second
-		limit = 400  // per window
+		limit = 900  // per window: most hits admit, so most writes matter
 		winMs = 1000
+		cut   = 200 // hits between the cut and the kill
 	)
-	r := redistest.StartReplicated(t, extra...)
-	open := func(s *redistest.Server) *redisstore.Store {
+	r := redistest.StartReplicated(t, fc.extra...)
+	open := func(s *redistest.Server, wait int) *redisstore.Store {
 		opts := s.Options()
 		cfg := redisstore.DefaultConfig()
 		cfg.Timeout = 200 * time.Millisecond
+		cfg.WaitReplicas = wait
 		store, err := redisstore.New(redis.NewClient(opts), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -83,7 +101,7 @@ func failover(t *testing.T, extra []string, reattach bool) {
 	failed := 0
 	var eng *engine.Engine
 	setEngine := func(e *engine.Engine) { mu.Lock(); eng = e; mu.Unlock() }
-	setEngine(engine.New(open(r.Primary)))
+	setEngine(engine.New(open(r.Primary, fc.wait)))
 
 	ctx, stop := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
@@ -126,19 +144,35 @@ func failover(t *testing.T, extra []string, reattach bool) {
 			time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
 		}
 	}
+	failedAtCut := 0
+	if fc.cut {
+		waitFor(2*rate - cut)
+		mu.Lock()
+		failedAtCut = failed
+		mu.Unlock()
+		// The replica keeps its data while it looks for a primary where
+		// nothing listens: from now on, nothing reaches it.
+		replica := r.Replica.Client(t)
+		if err := replica.Do(t.Context(), "replicaof", "127.0.0.1", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	waitFor(2 * rate)
 	mu.Lock()
 	before, failedBefore := len(seen), failed
 	mu.Unlock()
+	if !fc.cut {
+		failedAtCut = failedBefore
+	}
 	r.Primary.Stop() // SIGKILL
 	killed := time.Now()
 	if err := r.Promote(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	setEngine(engine.New(open(r.Replica)))
+	setEngine(engine.New(open(r.Replica, fc.wait)))
 	promoted := time.Since(killed)
-	if reattach {
-		redistest.StartReplica(t, r.Replica, extra...)
+	if fc.reattach {
+		redistest.StartReplica(t, r.Replica, fc.extra...)
 	}
 	waitFor(before + failedBefore + 2*rate)
 	stop()
@@ -156,7 +190,7 @@ func failover(t *testing.T, extra []string, reattach bool) {
 	// Replay every acknowledged admission on the new primary: a batch
 	// whose replay record survived is replayed; one that is charged afresh
 	// lost its record, and its admission is missing from its window.
-	e := engine.New(open(r.Replica))
+	e := engine.New(open(r.Replica, 0))
 	lost := map[int64]int{}
 	lostTotal := 0
 	for op, o := range acked {
@@ -190,7 +224,7 @@ func failover(t *testing.T, extra []string, reattach bool) {
 	if len(seen) <= before {
 		t.Fatalf("no hit answered after the failover (%d failed)", failed)
 	}
-	t.Logf("%d hits answered (%d before the kill), %d failed after the kill (promotion took %v); "+
+	t.Logf("%d hits answered (%d before the kill); failed: %d while the replica was cut off, %d after the kill (promotion took %v); "+
 		"%d acknowledged admissions lost their replay record; admissions beyond the limit: %d in all, at most %d in one window of %d",
-		len(seen), before, failed-failedBefore, promoted.Round(time.Millisecond), lostTotal, overTotal, worst, limit)
+		len(seen), before, failedBefore-failedAtCut, failed-failedBefore, promoted.Round(time.Millisecond), lostTotal, overTotal, worst, limit)
 }

@@ -21,6 +21,8 @@ import (
 // satisfies it, and so do *redis.Client (single node, or Sentinel through
 // redis.NewFailoverClient) and *redis.ClusterClient.
 type Client interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	FunctionLoadReplace(ctx context.Context, code string) *redis.StringCmd
 	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
 	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
@@ -28,27 +30,42 @@ type Client interface {
 }
 
 // masterWalker is implemented by a cluster client: New checks the eviction
-// policy of every master, not only of the node that answers first.
+// policy of every master, not only of the node that answers first, and the
+// function library is loaded on every master.
 type masterWalker interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
-// The batch script is the files under lua/ joined in this order (see
-// lua/prelude.lua): one chunk, split by concept.
+// The batch code is the files under lua/ joined in this order (see
+// lua/prelude.lua): one chunk, split by concept, defining batch(keys, argv).
 var scriptParts = [...]string{"prelude", "values", "counters", "windows", "budgets", "gates", "pace", "batch"}
 
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
-// batchScript is the script that runs one batch, and batchSHA its digest
-// for EVALSHA.
+// The batch code in its two forms (see lua/prelude.lua). The chunk is
+// wrapped in a function, sluice(), that defines everything and returns the
+// entry point: a function library may not touch Redis's standard libraries
+// (math, string, cmsgpack) while it loads, only once it is called, so the
+// library builds its batch on its first call and keeps it. The library's
+// and the function's names carry the code's digest, so that two versions
+// of Sluice sharing one Redis each call their own. The script form, for
+// EVALSHA (batchSHA), builds and runs it on every call.
 var (
-	batchScript = joinScript()
-	batchSHA    = func() string {
-		h := sha1.Sum([]byte(batchScript))
-		return hex.EncodeToString(h[:])
-	}()
+	batchCode    = "local function sluice()\n" + joinScript() + "return batch\nend\n"
+	codeVersion  = digest(batchCode)[:16]
+	functionName = "sluice_batch_" + codeVersion
+	batchLibrary = "#!lua name=sluice_" + codeVersion + "\n" + batchCode +
+		"local batch\nredis.register_function('" + functionName + "', function(keys, args)\n" +
+		"\tbatch = batch or sluice()\n\treturn batch(keys, args)\nend)\n"
+	batchScript = batchCode + "return sluice()(KEYS, ARGV)\n"
+	batchSHA    = digest(batchScript)
 )
+
+func digest(s string) string {
+	h := sha1.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
+}
 
 func joinScript() string {
 	var b strings.Builder
@@ -69,6 +86,15 @@ type Store struct {
 	cfg    Config
 	closed atomic.Bool
 	calls  sync.Pool // *call
+	// scripts is set once the server has shown it cannot run the function
+	// library (Redis before 7, or FCALL or FUNCTION LOAD refused): batches
+	// then run as scripts.
+	scripts atomic.Bool
+	// loads counts the library loads, and loadMu lets one caller load it
+	// while the others that found it missing wait: a fresh server met by
+	// many callers at once compiles the library once, not once per caller.
+	loads  atomic.Uint64
+	loadMu sync.Mutex
 }
 
 // New returns a store running on client, which it owns from then on: Close
@@ -95,6 +121,9 @@ func New(client Client, cfg Config) (*Store, error) {
 	}
 	if err := checkClient(client); err != nil {
 		return nil, err
+	}
+	if cfg.WaitReplicas > 0 && !canWait(client) {
+		return nil, fmt.Errorf("%w: redisstore: WaitReplicas needs a client that can hold one connection for a batch and its WAIT (*redis.Client or *redis.ClusterClient), not %T", engine.ErrInvalid, client)
 	}
 	if !cfg.AllowEviction {
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
@@ -175,7 +204,13 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	reply, err := s.eval(ctx, c)
+	var reply any
+	var err error
+	if s.cfg.WaitReplicas > 0 {
+		reply, err = s.evalWait(ctx, c)
+	} else {
+		reply, err = s.eval(ctx, s.client, c)
+	}
 	c.clear()
 	if err != nil {
 		return unavailable(err)
@@ -187,14 +222,145 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	return nil
 }
 
-// eval runs the batch script by digest, loading it with EVAL when the
-// server does not have it (after a restart, a failover or SCRIPT FLUSH).
-func (s *Store) eval(ctx context.Context, c *call) (any, error) {
-	reply, err := s.client.EvalSha(ctx, batchSHA, c.keys, c.args...).Result()
+// eval runs the batch: by FCALL of the function library, loading it where
+// the server lacks it (a fresh server, a restart without persistence,
+// FUNCTION FLUSH); on a server without functions, by EVALSHA of the script,
+// loading it with EVAL on NOSCRIPT. Loading the library costs one call per
+// server and version; after it, a call runs only the batch, where a script
+// first rebuilds every function of the chunk (see lua/prelude.lua).
+func (s *Store) eval(ctx context.Context, r runner, c *call) (any, error) {
+	if !s.scripts.Load() {
+		loads := s.loads.Load()
+		reply, err := r.FCall(ctx, functionName, c.keys, c.args...).Result()
+		switch {
+		case err == nil:
+			return reply, nil
+		case redis.HasErrorPrefix(err, "OOM"):
+			// Over maxmemory Redis refuses a whole FCALL, where it refuses
+			// only a script's first write: run the batch as a script, so
+			// that a read-only batch still answers.
+		case !s.functionsMissing(ctx, err, loads):
+			return reply, err
+		case !s.scripts.Load():
+			// The library is loaded now.
+			reply, err = r.FCall(ctx, functionName, c.keys, c.args...).Result()
+			if err == nil || !redis.HasErrorPrefix(err, "Function not found") {
+				return reply, err
+			}
+			// Not on the node that answered (a cluster changing under
+			// us): run this batch as a script.
+		}
+	}
+	reply, err := r.EvalSha(ctx, batchSHA, c.keys, c.args...).Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = s.client.Eval(ctx, batchScript, c.keys, c.args...).Result()
+		reply, err = r.Eval(ctx, batchScript, c.keys, c.args...).Result()
 	}
 	return reply, err
+}
+
+// runner runs the batch code: the store's client, or one connection of it.
+type runner interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+}
+
+// The clients that can hold one connection for a batch and its WAIT: a
+// single node's or Sentinel's client, and a cluster client, through the
+// master of the batch's slot.
+type (
+	connPinner interface{ Conn() *redis.Conn }
+	slotMaster interface {
+		MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+		ReloadState(ctx context.Context)
+	}
+)
+
+// canWait reports whether client can run a batch and its WAIT on one
+// connection.
+func canWait(client Client) bool {
+	switch client.(type) {
+	case connPinner, slotMaster:
+		return true
+	}
+	return false
+}
+
+// evalWait runs the batch and then WAIT on the same connection, which
+// waits for the replicas to acknowledge that connection's writes. On a
+// cluster the connection is one to the master of the batch's slot, taken
+// outside the cluster client, so a redirection (the slot moved) is not
+// followed: it fails the batch and refreshes the client's view of the
+// cluster.
+func (s *Store) evalWait(ctx context.Context, c *call) (any, error) {
+	var conn *redis.Conn
+	switch cl := s.client.(type) {
+	case slotMaster:
+		node, err := cl.MasterForKey(ctx, c.keys[0])
+		if err != nil {
+			return nil, err
+		}
+		conn = node.Conn()
+	case connPinner:
+		conn = cl.Conn()
+	}
+	defer conn.Close()
+	reply, err := s.eval(ctx, conn, c)
+	if err != nil {
+		if sm, ok := s.client.(slotMaster); ok && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+			sm.ReloadState(ctx)
+		}
+		return nil, err
+	}
+	acked, err := conn.Wait(ctx, s.cfg.WaitReplicas, s.cfg.WaitTimeout).Result()
+	if err != nil {
+		return nil, err
+	}
+	if acked < int64(s.cfg.WaitReplicas) {
+		return nil, fmt.Errorf("%w: redisstore: the batch reached %d of %d replicas within %v; the primary applied it, so its outcome is unknown", engine.ErrUnavailable, acked, s.cfg.WaitReplicas, s.cfg.WaitTimeout)
+	}
+	return reply, nil
+}
+
+// functionsMissing reports whether err, the error of an FCALL, means that
+// the library must be loaded or that functions cannot be used; in the first
+// case it loads the library (unless another caller has since the FCALL,
+// when loads was read), in the second it turns to scripts for good. Any
+// other error is the batch's.
+func (s *Store) functionsMissing(ctx context.Context, err error, loads uint64) bool {
+	switch {
+	case redis.HasErrorPrefix(err, "Function not found"):
+		s.loadMu.Lock()
+		defer s.loadMu.Unlock()
+		if s.loads.Load() != loads {
+			return true
+		}
+		if lerr := s.loadLibrary(ctx); lerr == nil {
+			s.loads.Add(1)
+		} else {
+			var rerr redis.Error
+			if errors.As(lerr, &rerr) {
+				s.scripts.Store(true) // refused (an ACL, a defect): scripts it is
+			}
+		}
+		return true
+	case redis.HasErrorPrefix(err, "unknown command"), redis.HasErrorPrefix(err, "NOPERM"):
+		s.scripts.Store(true)
+		return true
+	}
+	return false
+}
+
+// loadLibrary loads the function library on the server, on every master of
+// a cluster. Replicas receive it from their primary, and persistence keeps
+// it across restarts.
+func (s *Store) loadLibrary(ctx context.Context) error {
+	if w, ok := s.client.(masterWalker); ok {
+		return w.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return c.FunctionLoadReplace(ctx, batchLibrary).Err()
+		})
+	}
+	return s.client.FunctionLoadReplace(ctx, batchLibrary).Err()
 }
 
 // unavailable wraps a Redis or network error. Whatever it was — a timeout,

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -27,6 +28,12 @@ func TestConfigValidate(t *testing.T) {
 		"long prefix":     valid(func(c *redisstore.Config) { c.Prefix = strings.Repeat("p", 65) }),
 		"negative time":   valid(func(c *redisstore.Config) { c.Timeout = -time.Second }),
 		"timeout too big": valid(func(c *redisstore.Config) { c.Timeout = time.Hour }),
+		"negative wait":   valid(func(c *redisstore.Config) { c.WaitReplicas = -1 }),
+		"too many waits":  valid(func(c *redisstore.Config) { c.WaitReplicas = redisstore.MaxWaitReplicas + 1 }),
+		"wait too long": valid(func(c *redisstore.Config) {
+			c.WaitReplicas, c.WaitTimeout = 1, c.Timeout
+		}),
+		"wait under 1ms": valid(func(c *redisstore.Config) { c.WaitReplicas, c.WaitTimeout = 1, time.Microsecond }),
 	} {
 		if err := c.Validate(); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)
@@ -37,6 +44,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := redisstore.DefaultConfig().Validate(); err != nil {
 		t.Errorf("DefaultConfig: %v", err)
+	}
+	if err := (redisstore.Config{WaitReplicas: 1}).Validate(); err != nil {
+		t.Errorf("WaitReplicas with the default WaitTimeout: %v", err)
 	}
 }
 
@@ -82,11 +92,69 @@ func TestNewRefusesClientWithoutDeadlines(t *testing.T) {
 	}
 }
 
-// TestScriptReloaded checks that a batch loads the script where the server
-// does not have it (EVALSHA answers NOSCRIPT, EVAL follows) — on a fresh
-// server, and after SCRIPT FLUSH — and that later batches run it by digest.
-func TestScriptReloaded(t *testing.T) {
-	srv := redistest.Start(t)
+// TestCodeReloaded checks that a batch loads its code where the server
+// lacks it — on a fresh server, and after FUNCTION FLUSH or SCRIPT FLUSH —
+// and that later batches call it without loading: the function library by
+// FUNCTION LOAD then FCALL, and, on a store running scripts, the script by
+// EVAL after EVALSHA answered NOSCRIPT.
+func TestCodeReloaded(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		scripts     bool
+		flush       func(ctx context.Context, c *redis.Client) error
+		call, load  string
+		callsOnLoad int64 // calls of the call command in a batch that loads
+	}{
+		{"functions", false, func(ctx context.Context, c *redis.Client) error { return c.FunctionFlush(ctx).Err() }, "fcall", "function|load", 2},
+		{"scripts", true, func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() }, "evalsha", "eval", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			raw := srv.Client(t)
+			s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tc.scripts {
+				redisstore.UseScripts(s)
+			}
+			eng := engine.New(s)
+			var out engine.StepResult
+			incr := engine.Incr("n", 1, 60_000)
+			for i, flush := range []bool{true, false, true, false} {
+				if flush {
+					if err := tc.flush(t.Context(), raw); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := raw.ConfigResetStat(t.Context()).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := eng.Apply(t.Context(), "p", &out, incr); err != nil {
+					t.Fatalf("batch %d: %v", i, err)
+				}
+				if got := out.Results[0].Int; got != int64(i+1) {
+					t.Fatalf("batch %d counted %d, want %d: the batch ran other than once", i, got, i+1)
+				}
+				loads, calls := commandCalls(t, raw, tc.load), commandCalls(t, raw, tc.call)
+				wantLoads, wantCalls := int64(0), int64(1)
+				if flush {
+					wantLoads, wantCalls = 1, tc.callsOnLoad
+				}
+				if loads != wantLoads || calls != wantCalls {
+					t.Errorf("batch %d (flushed %t): %d %s and %d %s calls, want %d and %d", i, flush, loads, tc.load, calls, tc.call, wantLoads, wantCalls)
+				}
+			}
+		})
+	}
+}
+
+// TestServerWithoutFunctions runs batches on a server where FCALL does not
+// exist (renamed away, as on Redis before 7): the store turns to scripts
+// for good after its first call and answers every batch.
+func TestServerWithoutFunctions(t *testing.T) {
+	srv := redistest.Start(t, "--rename-command", "FCALL", "")
 	raw := srv.Client(t)
 	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
 	if err != nil {
@@ -95,26 +163,16 @@ func TestScriptReloaded(t *testing.T) {
 	defer s.Close()
 	eng := engine.New(s)
 	var out engine.StepResult
-	incr := engine.Incr("n", 1, 60_000)
-	for i, flush := range []bool{true, false, true, false} {
-		if flush {
-			if err := raw.ScriptFlush(t.Context()).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := raw.ConfigResetStat(t.Context()).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := eng.Apply(t.Context(), "p", &out, incr); err != nil {
+	for i := range 3 {
+		if err := eng.Apply(t.Context(), "p", &out, engine.Incr("n", 1, 60_000)); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 		if got := out.Results[0].Int; got != int64(i+1) {
-			t.Fatalf("batch %d counted %d, want %d: the batch ran other than once", i, got, i+1)
+			t.Fatalf("batch %d counted %d, want %d", i, got, i+1)
 		}
-		evals := commandCalls(t, raw, "eval")
-		if want := map[bool]int64{false: 0, true: 1}[flush]; evals != want {
-			t.Errorf("batch %d (flushed %t): %d EVAL calls, want %d", i, flush, evals, want)
-		}
+	}
+	if n := commandCalls(t, raw, "evalsha"); n != 3 {
+		t.Errorf("%d EVALSHA calls, want one per batch", n)
 	}
 }
 

@@ -2,24 +2,17 @@
 
 -- The batch.
 
-if ARGV[1] ~= FORMAT then
-	return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(ARGV[1])}
-end
-
-local now
-if ARGV[2] == '' then
-	local t = redis.call('TIME')
-	now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-else
-	now = tonumber(ARGV[2])
-end
-local prefix = ARGV[3]
-local hash = ARGV[4]
-local replayTTL = tonumber(ARGV[5])
-local grace = tonumber(ARGV[6])
+-- The call's state, set afresh by batch() at the start of every call.
+local KEYS_, ARGV_ -- the call's keys and arguments
+local hash, replayTTL, grace
+local cache -- Redis key → record array, or false when absent
+local written -- Redis key → true once the batch wrote or deleted it
+local order -- written keys, in order of first write
+local mutated
+local argi -- the next argument to read
 
 -- The command being evaluated, for failure replies.
-local current = 0
+local current
 
 local function fail(code, msg)
 	error({sluice = code, msg = msg}, 0)
@@ -34,11 +27,6 @@ local function name(key)
 end
 
 -- Records: read once, then held and changed in the local table.
-
-local cache = {} -- Redis key → record array, or false when absent
-local written = {} -- Redis key → true once the batch wrote or deleted it
-local order = {} -- written keys, in order of first write
-local mutated = false
 
 local function decode(key, v)
 	local ok, rec = pcall(cmsgpack.unpack, v)
@@ -132,9 +120,8 @@ end
 -- Commands read their fields from ARGV in order. Lua 5.1, which Redis
 -- embeds, evaluates expression lists and table constructors left to right,
 -- as the reads rely on.
-local argi = 8
 local function arg()
-	local v = ARGV[argi]
+	local v = ARGV_[argi]
 	argi = argi + 1
 	return v
 end
@@ -144,19 +131,21 @@ local function num()
 end
 
 local function key()
-	return KEYS[tonumber(arg())]
+	return KEYS_[tonumber(arg())]
+end
+
+-- keyAt returns the call's i-th key.
+local function keyAt(i)
+	return KEYS_[i]
 end
 
 -- S is what the command families need of the batch.
-local S
+local S = {get = get, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber,
+	value = value, key = key, keyAt = keyAt, arg = arg, num = num, addWindow = addWindow, name = name}
 local values, counters, windows, budgets, gates, pace
 
 -- run runs one command, building its family on first use.
 local function run(op, r)
-	if not S then
-		S = {get = get, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber,
-			value = value, key = key, arg = arg, num = num, addWindow = addWindow, name = name, now = now, prefix = prefix}
-	end
 	if op == 'hit' then
 		windows = windows or buildWindows(S)
 		windows(r)
@@ -185,7 +174,7 @@ end
 -- reply, or a replayed reply, without writing anything.
 local function evaluate()
 	if hash ~= '' then
-		local rec = get(KEYS[1])
+		local rec = get(KEYS_[1])
 		if rec then
 			if rec[1] ~= REPLAY or type(rec[3]) ~= 'string' or type(rec[4]) ~= 'table' then
 				fail(CORRUPT, 'malformed replay record')
@@ -200,7 +189,7 @@ local function evaluate()
 			return reply
 		end
 	end
-	local n = tonumber(ARGV[7])
+	local n = tonumber(ARGV_[7])
 	local body = {0}
 	for i = 1, n do
 		current = i
@@ -213,7 +202,7 @@ local function evaluate()
 	end
 	current = 0
 	if hash ~= '' and mutated then
-		put(KEYS[1], {REPLAY, now + replayTTL, hash, body})
+		put(KEYS_[1], {REPLAY, now + replayTTL, hash, body})
 	end
 	local reply = {0, 0}
 	for _, v in ipairs(body) do
@@ -222,30 +211,47 @@ local function evaluate()
 	return reply
 end
 
-local ok, reply = pcall(evaluate)
-if not ok then
-	if type(reply) == 'table' and reply.sluice then
-		return {reply.sluice, current, reply.msg}
+-- batch runs one batch: the entry point of both forms (see prelude.lua).
+local function batch(keys, argv)
+	if argv[1] ~= FORMAT then
+		return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(argv[1])}
 	end
-	return redis.error_reply('ERR sluice batch script: ' .. tostring(reply))
-end
+	KEYS_, ARGV_ = keys, argv
+	if argv[2] == '' then
+		local t = redis.call('TIME')
+		now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+	else
+		now = tonumber(argv[2])
+	end
+	prefix, hash, replayTTL, grace = argv[3], argv[4], tonumber(argv[5]), tonumber(argv[6])
+	cache, written, order, mutated = {}, {}, {}, false
+	current, argi = 0, 8
 
--- Encode every write before issuing the first, so that nothing can fail
--- half way through.
-local writes = {}
-for i, k in ipairs(order) do
-	local rec = cache[k]
-	if rec then
-		writes[i] = {k, cmsgpack.pack(rec), string.format('%d', max(1, rec[2] - now) + grace)}
-	else
-		writes[i] = {k}
+	local ok, reply = pcall(evaluate)
+	if not ok then
+		if type(reply) == 'table' and reply.sluice then
+			return {reply.sluice, current, reply.msg}
+		end
+		return redis.error_reply('ERR sluice batch script: ' .. tostring(reply))
 	end
-end
-for _, w in ipairs(writes) do
-	if w[2] then
-		redis.call('SET', w[1], w[2], 'PX', w[3])
-	else
-		redis.call('DEL', w[1])
+
+	-- Encode every write before issuing the first, so that nothing can fail
+	-- half way through.
+	local writes = {}
+	for i, k in ipairs(order) do
+		local rec = cache[k]
+		if rec then
+			writes[i] = {k, cmsgpack.pack(rec), string.format('%d', max(1, rec[2] - now) + grace)}
+		else
+			writes[i] = {k}
+		end
 	end
+	for _, w in ipairs(writes) do
+		if w[2] then
+			redis.call('SET', w[1], w[2], 'PX', w[3])
+		else
+			redis.call('DEL', w[1])
+		end
+	end
+	return reply
 end
-return reply

@@ -4,12 +4,11 @@
 
 local function buildBudgets(S, counters)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
-	local now, prefix = S.now, S.prefix
 	local counter, addInt, counterNumber = counters.counter, counters.addInt, counters.counterNumber
 
 	local function cmdReserve(r)
 		local receiptIdx, cost, n = num(), num(), num()
-		local receipt = receiptIdx > 0 and KEYS[receiptIdx] or nil
+		local receipt = receiptIdx > 0 and S.keyAt(receiptIdx) or nil
 		if receipt then
 			-- A receipt replaces an earlier receipt, never another record.
 			local rec = get(receipt)

@@ -4,7 +4,6 @@
 
 local function buildCounters(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
-	local now, prefix = S.now, S.prefix
 
 	-- Counters are int64 decimal strings. limbs splits a canonical one into
 	-- signed high and low parts of the same sign: v = hi·10^9 + lo.

@@ -4,7 +4,6 @@
 
 local function buildGates(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
-	local now, prefix = S.now, S.prefix
 
 	local function decodeGate(k, rec)
 		local flat = rec[3]

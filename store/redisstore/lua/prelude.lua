@@ -26,11 +26,24 @@
 -- floating point in Go too, and the operations below round identically
 -- (IEEE double, one rounding per operation, no fused multiply-add).
 --
--- Cost. Redis runs the whole chunk on every call: every function defined in
--- it is a closure allocated per call, with its upvalues. So the command
--- families are built by functions defined first, which capture nothing but
--- constants and receive the batch's core (S) as an argument, and each is
--- built only when a batch first uses it.
+-- Two forms, one source. Every file defines functions and constants only;
+-- the entry point is batch(keys, argv) at the end of batch.lua. store.go
+-- wraps the chunk two ways:
+--
+--   * a function library (Redis 7 FUNCTION LOAD, then FCALL): the chunk
+--     runs once, when the library is loaded, so every function and
+--     constant below is created once and reused by every call;
+--   * a script (EVALSHA, for servers without functions): the chunk ends
+--     with "return batch(KEYS, ARGV)", and Redis runs all of it per call.
+--
+-- So nothing at the chunk's top level may depend on a call: what a call
+-- needs (its clock, its keys and arguments, the records it has read) lives
+-- in the chunk-level locals declared for it (below, and at the top of
+-- batch.lua), which batch() sets afresh at the start of every call. The
+-- command families are built by functions that receive the batch's core
+-- (S) and capture nothing else of a call; each is built when a batch
+-- first uses it, and kept for later calls in the library form. No
+-- constant table is ever changed in place.
 --
 -- Records. Each record is one Redis string under its own key: a MessagePack
 -- array {kind, expireAt, fields...} where kind is engine.RecordKind and
@@ -69,3 +82,8 @@ local VALUE, FIXED, SLIDING, LOG, GCRA, RECEIPT, GATE, PACE, REPLAY = 1, 2, 3, 4
 local MAX_LIMIT = 1099511627776 -- algo.MaxLimit, 2^40
 
 local max, min, floor, ceil = math.max, math.min, math.floor, math.ceil
+
+-- The call's clock (Unix ms, by the store's clock) and the partition's
+-- record key prefix: set by batch() at the start of every call and read by
+-- every family.
+local now, prefix

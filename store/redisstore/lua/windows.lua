@@ -6,7 +6,6 @@
 
 local function buildWindows(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
-	local now, prefix = S.now, S.prefix
 	-- Window kinds: algo.Kind, and the record kind each is stored as.
 	local K_FIXED, K_SLIDING, K_LOG, K_GCRA = 1, 2, 3, 4
 	local WINDOW_RECORD = {FIXED, SLIDING, LOG, GCRA}
@@ -31,6 +30,11 @@ local function buildWindows(S)
 	-- It runs Horner's rule over b in 10-bit digits, keeping every intermediate
 	-- below 2^52: r·2^10 + a·digit < 2^41·2^10 + 2^41·2^10.
 	local function muldiv(a, b, d)
+		if a * b < 9007199254740992 then
+			-- The product is exact (below 2^53): divide it at once. Every
+			-- limit and window up to a million and more takes this path.
+			return divmod(a * b, d)
+		end
 		local digits, n = {}, 0
 		repeat
 			local rest, digit = divmod(b, 1024)

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestServeConfigRedisStore(t *testing.T) {
+	for _, store := range []string{
+		"redis://127.0.0.1:6400",
+		"rediss://u:pw@cache.internal:6380/2?dial_timeout=2s",
+		"redis+cluster://a:7000,b:7001",
+		"redis+sentinel://s1:26379,s2:26379/mymaster",
+	} {
+		c := defaultServeConfig()
+		c.Store = store
+		if err := c.Validate(); err != nil {
+			t.Errorf("store %s: %v", store, err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		modify func(*serveConfig)
+		want   string
+	}{
+		{"malformed URL", func(c *serveConfig) { c.Store = "redis://u:Secret1@h:x" }, `port "x"`},
+		{"unknown scheme", func(c *serveConfig) { c.Store = "postgres://u:Secret1@h" }, "scheme"},
+		{"password twice", func(c *serveConfig) {
+			c.Store, c.Redis.Password = "redis://:Secret1@h", "Secret2"
+		}, "given twice"},
+		{"sentinel password without sentinel", func(c *serveConfig) {
+			c.Store, c.Redis.SentinelPassword = "redis://h", "Secret2"
+		}, "not redis+sentinel"},
+		{"brace in prefix", func(c *serveConfig) { c.Store, c.Redis.Prefix = "redis://h", "a{b" }, "brace"},
+		{"zero timeout", func(c *serveConfig) { c.Store, c.Redis.Timeout = "redis://h", -time.Second }, "Timeout"},
+		{"wait longer than the timeout", func(c *serveConfig) {
+			c.Store, c.Redis.WaitReplicas, c.Redis.WaitTimeout = "redis://h", 1, time.Second
+		}, "WaitTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := defaultServeConfig()
+			tc.modify(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one about %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "Secret") {
+				t.Errorf("the error quotes a password: %v", err)
+			}
+		})
+	}
+}
+
+// sluice serve refuses a malformed store URL from the environment before
+// it touches anything, and says so without the password.
+func TestServeRefusesABadStoreURL(t *testing.T) {
+	dir := t.TempDir()
+	_, err := runSluice(t, map[string]string{"SLUICE_STORE": "redis+sentinel://:Secret1@s1", "SLUICE_DATA_DIR": dir + "/data"}, "serve")
+	if err == nil || !strings.Contains(err.Error(), "primary's name") {
+		t.Fatalf("serve: %v, want a refusal of the store URL", err)
+	}
+	if strings.Contains(err.Error(), "Secret1") {
+		t.Errorf("the error quotes the password: %v", err)
+	}
+}
+
+// The password may come from --redis-password (SLUICE_REDIS_PASSWORD)
+// instead of the URL; without it a server that requires one is refused at
+// start, as is an address where no Redis answers.
+func TestRedisStoreOpens(t *testing.T) {
+	srv := redistest.Start(t, "--requirepass", "pw-from-env")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	url := "redis://" + srv.Addr
+
+	r := defaultRedisFlags()
+	if st, err := r.open(url, log); err == nil {
+		st.Close()
+		t.Fatal("opened a Redis requiring a password without one")
+	}
+	r.Password = "pw-from-env"
+	st, err := r.open(url, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Error(err)
+	}
+	if _, err := defaultRedisFlags().open("redis://:pw-from-env@"+srv.Addr, log); err != nil {
+		t.Errorf("password in the URL: %v", err)
+	}
+	if _, err := defaultRedisFlags().open("redis://127.0.0.1:1", log); err == nil || !strings.Contains(err.Error(), "opening the Redis store") {
+		t.Errorf("no Redis at the address: %v", err)
+	}
+}

@@ -1,0 +1,109 @@
+package redisstore_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redisstore"
+)
+
+// waitConfig is a store configuration waiting for one replica.
+func waitConfig() redisstore.Config {
+	cfg := freshConfig(nil)
+	cfg.WaitReplicas, cfg.WaitTimeout = 1, 50*time.Millisecond
+	return cfg
+}
+
+// TestWaitReplicas runs batches with WaitReplicas 1 on a primary with one
+// replica: they succeed while the replica acknowledges, and fail with
+// ErrUnavailable while it is paused — though the primary applied them, as
+// a store without the wait then reads.
+func TestWaitReplicas(t *testing.T) {
+	r := redistest.StartReplicated(t)
+	cfg := waitConfig()
+	s, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	plain := cfg
+	plain.WaitReplicas = 0
+	reader, err := redisstore.New(redis.NewClient(r.Primary.Options()), plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	eng, read := engine.New(s), engine.New(reader)
+	var out engine.StepResult
+	incr := engine.Incr("n", 1, 60_000)
+
+	if err := eng.Apply(t.Context(), "p", &out, incr); err != nil || out.Results[0].Int != 1 {
+		t.Fatalf("with the replica acknowledging: %v, %+v", err, out.Results)
+	}
+	if err := r.Replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	err = eng.Apply(t.Context(), "p", &out, incr)
+	if rerr := r.Replica.Resume(); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !errors.Is(err, engine.ErrUnavailable) || len(out.Results) != 0 {
+		t.Fatalf("with the replica paused: %v, %+v; want ErrUnavailable and no results", err, out.Results)
+	}
+	if err := read.Apply(t.Context(), "p", &out, engine.Get("n")); err != nil || out.Results[0].Value != "2" {
+		t.Fatalf("the primary holds %+v (%v), want the unacknowledged increment applied: 2", out.Results, err)
+	}
+	// The replica caught up: batches succeed again.
+	if err := eng.Apply(t.Context(), "p", &out, incr); err != nil || out.Results[0].Int != 3 {
+		t.Fatalf("after the replica resumed: %v, %+v", err, out.Results)
+	}
+}
+
+// TestWaitReplicasCluster checks that on a cluster the batch and its WAIT
+// go to the master of the batch's slot, for partitions on every master: a
+// master without replicas applies the batch, and the wait fails.
+func TestWaitReplicasCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	cfg := waitConfig()
+	s, err := redisstore.New(redis.NewClusterClient(cl.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	plain := cfg
+	plain.WaitReplicas = 0
+	reader, err := redisstore.New(redis.NewClusterClient(cl.Options()), plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	eng, read := engine.New(s), engine.New(reader)
+	var out engine.StepResult
+	for _, p := range []string{"a", "b", "c", "d", "e", "f"} {
+		err := eng.Apply(t.Context(), p, &out, engine.Incr("n", 1, 60_000))
+		if !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("partition %s: %v, want ErrUnavailable (no replica acknowledges)", p, err)
+		}
+		if err := read.Apply(t.Context(), p, &out, engine.Get("n")); err != nil || out.Results[0].Value != "1" {
+			t.Fatalf("partition %s holds %+v (%v), want the batch applied on its master", p, out.Results, err)
+		}
+	}
+}
+
+// TestWaitReplicasNeedsAConnection checks that New refuses WaitReplicas
+// with a client that cannot hold one connection for a batch and its WAIT.
+func TestWaitReplicasNeedsAConnection(t *testing.T) {
+	srv := redistest.Start(t)
+	c := struct{ redisstore.Client }{redis.NewClient(srv.Options())}
+	defer c.Close()
+	cfg := waitConfig()
+	cfg.AllowEviction = true
+	if _, err := redisstore.New(c, cfg); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("New: %v, want ErrInvalid", err)
+	}
+}
