@@ -137,15 +137,18 @@ func (s *Store) lead(p *partition, me *request, queued bool) {
 func (s *Store) round(p *partition, w *worker) *round {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := engine.UnixMilli(s.clock)
 	if !p.loaded.Load() {
-		if err := s.load(p); err != nil {
+		if err := s.load(p, now); err != nil {
 			for _, r := range w.reqs {
 				r.err = err
 			}
 			return nil
 		}
 	}
-	now := engine.UnixMilli(s.clock)
+	if p.replays != nil {
+		p.replays.trim(now)
+	}
 	p.lastUsed.Store(now)
 	view := &w.view
 	view.p, w.writes = p, w.writes[:0]
@@ -170,7 +173,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 
 	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
-	w.encode(pb, p, w.writes)
+	s.encode(w, pb, p, w.writes)
 	var err error
 	if s.always {
 		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
@@ -209,5 +212,5 @@ func (v *roundView) Get(key string) (engine.Record, bool) {
 			return w.Rec, !w.Delete
 		}
 	}
-	return v.p.recs.get(key)
+	return v.p.Get(key)
 }

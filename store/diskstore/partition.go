@@ -13,15 +13,17 @@ import (
 )
 
 // partition is the in-memory copy of one partition's records. Once loaded
-// it mirrors the partition's rows on disk exactly, expired rows included,
-// so a batch knows each record's current expiry index entry. It implements
-// engine.View.
+// its records mirror the partition's record rows on disk exactly, expired
+// rows included, so a batch knows the bucket of each record's current
+// expiry index entry; its replay records are those on disk whose bucket has
+// not ended. It implements engine.View.
 type partition struct {
-	mu     sync.Mutex // held by the round in progress (and the sweep)
-	name   string
-	hash   uint64      // of name, with the store's seed
-	recs   records     // guarded by mu
-	loaded atomic.Bool // written under mu
+	mu      sync.Mutex // held by the round in progress (and the sweep)
+	name    string
+	hash    uint64      // of name, with the store's seed
+	recs    records     // guarded by mu
+	replays *replaySet  // guarded by mu; nil until the first replay record
+	loaded  atomic.Bool // written under mu
 
 	// pins counts the callers using the partition; a pinned partition is
 	// never evicted. It is incremented under the shard's lock.
@@ -40,7 +42,22 @@ type partition struct {
 }
 
 // Get returns the record at key. See engine.View.
-func (p *partition) Get(key string) (engine.Record, bool) { return p.recs.get(key) }
+func (p *partition) Get(key string) (engine.Record, bool) {
+	if p.replays != nil && isReplayKey(key) {
+		if rec, ok := p.replays.get(key); ok {
+			return rec, true
+		}
+	}
+	return p.recs.get(key)
+}
+
+// setReplay stores a replay record whose Data the partition owns.
+func (p *partition) setReplay(key string, rec engine.Record) {
+	if p.replays == nil {
+		p.replays = new(replaySet)
+	}
+	p.replays.set(key, rec)
+}
 
 // apply copies committed writes into memory.
 func (p *partition) apply(writes []engine.Write) {
@@ -51,6 +68,11 @@ func (p *partition) apply(writes []engine.Write) {
 			continue
 		}
 		rec := w.Rec
+		if isReplay(w.Key, rec.Kind) {
+			rec.Data = append([]byte(nil), rec.Data...)
+			p.setReplay(w.Key, rec)
+			continue
+		}
 		if old, exists := p.recs.get(w.Key); exists && cap(old.Data) >= len(rec.Data) {
 			// Reuse the record's buffer: the hot path allocates nothing.
 			// (A write may alias the old buffer; copy handles overlap.)
@@ -181,58 +203,146 @@ func (s *Store) Resident() int {
 	return n
 }
 
-// load reads p's records from disk with one prefix scan, unless the
-// presence filter shows it has none. The caller holds p.mu.
-func (s *Store) load(p *partition) error {
+// load reads p's records from disk with one prefix scan, and its replay
+// records whose bucket has not ended at now with one seek per bucket,
+// unless the presence filter shows it has none. The caller holds p.mu.
+func (s *Store) load(p *partition, now int64) error {
 	if !s.present.mayContain(p.hash) {
 		p.loaded.Store(true)
 		return nil
 	}
-	prefix := appendPartitionPrefix(nil, p.name)
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return unavailable(err)
-	}
 	var recs records
-	for ok := iter.First(); ok; ok = iter.Next() {
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			_ = iter.Close()
-			return unavailable(err)
-		}
+	prefix := appendPartitionPrefix(nil, p.name)
+	err := s.scan(prefix, prefixEnd(prefix), func(key, v []byte) error {
 		rec, err := decodeValue(v)
 		if err != nil {
-			_ = iter.Close()
 			return err
 		}
 		rec.Data = append([]byte(nil), rec.Data...)
-		recs.set(string(iter.Key()[len(prefix):]), rec)
+		recs.set(string(key[len(prefix):]), rec)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if err := iter.Close(); err != nil {
-		return unavailable(err)
+	if err := s.loadReplays(p, now); err != nil {
+		return err
 	}
 	p.recs = recs
 	p.loaded.Store(true)
 	return nil
 }
 
-// fillPresence adds every partition with rows on disk to the presence
-// filter, reading the record keys in order.
-func (s *Store) fillPresence() error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}})
+// loadReplays reads p's replay records from every bucket that has not
+// ended at now, in bucket order, skipping from each bucket's rows of p to
+// the next bucket's. There are at most engine.ReplayTTL/bucketMs + 1 such
+// buckets while the clock moves forward.
+func (s *Store) loadReplays(p *partition, now int64) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(lastEnded(now) + 1), UpperBound: []byte{nsReplay + 1}})
 	if err != nil {
 		return unavailable(err)
 	}
-	var last []byte
-	for ok := iter.First(); ok; ok = iter.Next() {
-		p, _, err := parseRecordKey(iter.Key())
+	var replays replaySet
+	var seek []byte
+	for b := lastEnded(now) + 1; ; {
+		seek = appendReplayPrefix(seek[:0], b, p.name)
+		ok := iter.SeekGE(seek)
+		for ; ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
+			v, err := iter.ValueAndErr()
+			if err != nil {
+				_ = iter.Close()
+				return unavailable(err)
+			}
+			rec, err := decodeValue(v)
+			if err != nil {
+				_ = iter.Close()
+				return err
+			}
+			rec.Data = append([]byte(nil), rec.Data...)
+			replays.set(string(iter.Key()[len(seek):]), rec)
+		}
+		if !ok {
+			break
+		}
+		// The iterator is past p's rows of bucket b: in b, or in a later
+		// bucket.
+		next, _, _, err := parseReplayKey(iter.Key())
 		if err != nil {
 			_ = iter.Close()
 			return err
 		}
+		b = max(next, b+1)
+	}
+	if err := iter.Close(); err != nil {
+		return unavailable(err)
+	}
+	if len(replays.buckets) > 0 {
+		p.replays = &replays
+	}
+	return nil
+}
+
+// scan calls fn with every row whose key is in [lower, upper), in order.
+// key and v are valid only during the call.
+func (s *Store) scan(lower, upper []byte, fn func(key, v []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return unavailable(err)
+	}
+	for ok := iter.First(); ok; ok = iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return unavailable(err)
+		}
+		if err := fn(iter.Key(), v); err != nil {
+			_ = iter.Close()
+			return err
+		}
+	}
+	return unavailable(iter.Close())
+}
+
+// fillPresence adds every partition with rows on disk to the presence
+// filter: every partition with records, and every partition with replay
+// records in a bucket that has not ended at now.
+func (s *Store) fillPresence(now int64) error {
+	var last []byte
+	add := func(p []byte) {
 		if !bytes.Equal(p, last) {
 			last = append(last[:0], p...)
 			s.present.add(maphash.Bytes(s.seed, p))
+		}
+	}
+	err := s.scanKeys([]byte{nsRecord}, []byte{nsRecord + 1}, func(key []byte) error {
+		p, _, err := parseRecordKey(key)
+		if err == nil {
+			add(p)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return s.scanKeys(replayBound(lastEnded(now)+1), []byte{nsReplay + 1}, func(key []byte) error {
+		_, p, _, err := parseReplayKey(key)
+		if err == nil {
+			add(p)
+		}
+		return err
+	})
+}
+
+// scanKeys calls fn with the key of every row in [lower, upper), in order.
+func (s *Store) scanKeys(lower, upper []byte, fn func(key []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper, KeyTypes: pebble.IterKeyTypePointsOnly})
+	if err != nil {
+		return unavailable(err)
+	}
+	for ok := iter.First(); ok; ok = iter.Next() {
+		if err := fn(iter.Key()); err != nil {
+			_ = iter.Close()
+			return err
 		}
 	}
 	return unavailable(iter.Close())
