@@ -91,6 +91,7 @@ func TestMigrateFromV1(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Dir = t.TempDir()
 	cfg.Clock = clock
+	cfg.SweepInterval = time.Hour // passes are run by hand
 	window := engine.Window{Key: "w", Kind: algo.KindSliding, Limit: 5, WindowMs: 60_000}
 	req := &engine.Request{OperationID: "op-1", Steps: []engine.Step{
 		{Partition: "tenant", Commands: []engine.Command{engine.Incr("n", 7, 3_600_000)}},

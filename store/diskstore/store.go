@@ -38,9 +38,8 @@ type Store struct {
 	// seq numbers the expiry index entries (see layout.go): it keeps new
 	// entries at the end of their bucket; it may wrap.
 	seq atomic.Uint32
-	// replaysCleared is the first replay bucket the sweep has not deleted;
-	// owned by the sweep's caller.
-	replaysCleared int64
+	// replaysCleared is the first replay bucket the sweep has not deleted.
+	replaysCleared atomic.Int64
 
 	// gate is held shared by every Apply and exclusively by Close, so Close
 	// waits for the batches in flight before it closes Pebble.
@@ -69,9 +68,9 @@ type worker struct {
 	last   map[string]int // a large round's last write of each key
 }
 
-// Open opens (creating if needed) the store in cfg.Dir. It refuses a
-// directory of another on-disk format version with an error wrapping
-// ErrFormat.
+// Open opens (creating if needed) the store in cfg.Dir. It migrates a
+// directory of on-disk format version 1 and refuses one of another version
+// with an error wrapping ErrFormat.
 func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -85,9 +84,8 @@ func Open(cfg Config) (*Store, error) {
 		perShard: max(1, cfg.MaxResident/shardCount),
 		done:     make(chan struct{}),
 		present:  newPresence(),
-
-		replaysCleared: math.MinInt64,
 	}
+	s.replaysCleared.Store(math.MinInt64)
 	if s.clock == nil {
 		s.clock = engine.SystemClock{}
 	}

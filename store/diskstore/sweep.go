@@ -100,14 +100,14 @@ func (s *Store) sweep(now int64) (int, error) {
 // pass. Pebble drops the rows in its compactions.
 func (s *Store) sweepReplays(now int64) error {
 	first := lastEnded(now) + 1 // the first bucket not ended
-	if first <= s.replaysCleared {
+	if first <= s.replaysCleared.Load() {
 		return nil
 	}
 	// A lost deletion is redone by the next pass after a restart.
 	if err := s.db.DeleteRange([]byte{nsReplay}, replayBound(first), pebble.NoSync); err != nil {
 		return unavailable(err)
 	}
-	s.replaysCleared = first
+	s.replaysCleared.Store(first)
 	return nil
 }
 
