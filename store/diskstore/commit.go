@@ -151,10 +151,15 @@ func (s *Store) round(p *partition, w *worker) *round {
 	}
 	p.lastUsed.Store(now)
 	view := &w.view
-	view.p, w.writes = p, w.writes[:0]
+	view.s, view.p, w.writes = s, p, w.writes[:0]
 	for _, r := range w.reqs {
 		view.writes = w.writes
 		writes, err := r.w.exec.Run(view, now, r.b, r.out)
+		if view.err != nil {
+			// A replay record could not be read: the batch ran on a
+			// guess, and must not count.
+			err, view.err = view.err, nil
+		}
 		r.err = err
 		if err == nil {
 			// The writes point into r's executor, which r holds until
@@ -162,7 +167,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 			w.writes = append(w.writes, writes...)
 		}
 	}
-	view.p, view.writes = nil, nil
+	view.s, view.p, view.writes = nil, nil, nil
 	rd := s.rounds.Get().(*round)
 	rd.refs.Store(int32(len(w.reqs)))
 	rd.durable.Add(1)
@@ -189,7 +194,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 		clear(w.writes)
 		return rd
 	}
-	p.apply(w.writes)
+	p.apply(w.writes, s.seed)
 	clear(w.writes) // drop the references into the executors' buffers
 	if s.always {
 		rd.pb = pb
@@ -199,10 +204,12 @@ func (s *Store) round(p *partition, w *worker) *round {
 }
 
 // roundView is what a batch of a round reads: the writes of the batches
-// before it in the round over the partition's records.
+// before it in the round over the partition's records and replay records.
 type roundView struct {
+	s      *Store
 	p      *partition
 	writes []engine.Write
+	err    error // a replay record could not be read
 }
 
 // Get returns the record at key. See engine.View.
@@ -212,5 +219,14 @@ func (v *roundView) Get(key string) (engine.Record, bool) {
 			return w.Rec, !w.Delete
 		}
 	}
-	return v.p.Get(key)
+	if isReplayKey(key) {
+		rec, ok, err := v.s.replay(v.p, key)
+		if err != nil && v.err == nil {
+			v.err = err
+		}
+		if ok {
+			return rec, true
+		}
+	}
+	return v.p.recs.get(key)
 }

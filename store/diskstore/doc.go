@@ -61,13 +61,15 @@
 //
 // At most Config.MaxResident partitions are held in memory (about 170 bytes
 // for a partition of one record, so the default of 1,048,576 holds about
-// 180 MiB), each with its replay records until they expire; past it the
-// least recently used idle partition is evicted, and a partition idle for
-// Config.IdleTimeout is evicted by the background loop. An evicted
-// partition is reloaded on its next batch with one prefix scan of its
-// records and one seek per minute of its replay records' lifetime. A fixed
-// 4 MiB Bloom filter of the partitions that have rows on disk lets a
-// partition never written skip those reads.
+// 180 MiB), each with an 8-byte fingerprint of every replay record it
+// holds until the record expires (the records themselves are read from
+// disk only when a step is retried); past it the least recently used idle
+// partition is evicted, and a partition idle for Config.IdleTimeout is
+// evicted by the background loop. An evicted partition is reloaded on its
+// next batch with one prefix scan of its records and one seek per minute
+// of its replay records' lifetime. A fixed 4 MiB Bloom filter of the
+// partitions that have rows on disk lets a partition never written skip
+// those reads.
 //
 // # Expiry
 //

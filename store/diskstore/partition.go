@@ -15,8 +15,8 @@ import (
 // partition is the in-memory copy of one partition's records. Once loaded
 // its records mirror the partition's record rows on disk exactly, expired
 // rows included, so a batch knows the bucket of each record's current
-// expiry index entry; its replay records are those on disk whose bucket has
-// not ended. It implements engine.View.
+// expiry index entry; its replay fingerprints cover the replay records on
+// disk whose bucket has not ended.
 type partition struct {
 	mu      sync.Mutex // held by the round in progress (and the sweep)
 	name    string
@@ -41,26 +41,8 @@ type partition struct {
 	leading bool       // a round is in progress or about to start
 }
 
-// Get returns the record at key. See engine.View.
-func (p *partition) Get(key string) (engine.Record, bool) {
-	if p.replays != nil && isReplayKey(key) {
-		if rec, ok := p.replays.get(key); ok {
-			return rec, true
-		}
-	}
-	return p.recs.get(key)
-}
-
-// setReplay stores a replay record whose Data the partition owns.
-func (p *partition) setReplay(key string, rec engine.Record) {
-	if p.replays == nil {
-		p.replays = new(replaySet)
-	}
-	p.replays.set(key, rec)
-}
-
-// apply copies committed writes into memory.
-func (p *partition) apply(writes []engine.Write) {
+// apply copies committed writes into memory; seed is the store's.
+func (p *partition) apply(writes []engine.Write, seed maphash.Seed) {
 	for i := range writes {
 		w := &writes[i]
 		if w.Delete {
@@ -69,8 +51,7 @@ func (p *partition) apply(writes []engine.Write) {
 		}
 		rec := w.Rec
 		if isReplay(w.Key, rec.Kind) {
-			rec.Data = append([]byte(nil), rec.Data...)
-			p.setReplay(w.Key, rec)
+			p.addReplay(maphash.String(seed, w.Key), bucketOf(rec.ExpireAt))
 			continue
 		}
 		if old, exists := p.recs.get(w.Key); exists && cap(old.Data) >= len(rec.Data) {
@@ -230,55 +211,6 @@ func (s *Store) load(p *partition, now int64) error {
 	}
 	p.recs = recs
 	p.loaded.Store(true)
-	return nil
-}
-
-// loadReplays reads p's replay records from every bucket that has not
-// ended at now, in bucket order, skipping from each bucket's rows of p to
-// the next bucket's. There are at most engine.ReplayTTL/bucketMs + 1 such
-// buckets while the clock moves forward.
-func (s *Store) loadReplays(p *partition, now int64) error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(lastEnded(now) + 1), UpperBound: []byte{nsReplay + 1}})
-	if err != nil {
-		return unavailable(err)
-	}
-	var replays replaySet
-	var seek []byte
-	for b := lastEnded(now) + 1; ; {
-		seek = appendReplayPrefix(seek[:0], b, p.name)
-		ok := iter.SeekGE(seek)
-		for ; ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
-			v, err := iter.ValueAndErr()
-			if err != nil {
-				_ = iter.Close()
-				return unavailable(err)
-			}
-			rec, err := decodeValue(v)
-			if err != nil {
-				_ = iter.Close()
-				return err
-			}
-			rec.Data = append([]byte(nil), rec.Data...)
-			replays.set(string(iter.Key()[len(seek):]), rec)
-		}
-		if !ok {
-			break
-		}
-		// The iterator is past p's rows of bucket b: in b, or in a later
-		// bucket.
-		next, _, _, err := parseReplayKey(iter.Key())
-		if err != nil {
-			_ = iter.Close()
-			return err
-		}
-		b = max(next, b+1)
-	}
-	if err := iter.Close(); err != nil {
-		return unavailable(err)
-	}
-	if len(replays.buckets) > 0 {
-		p.replays = &replays
-	}
 	return nil
 }
 

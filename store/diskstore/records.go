@@ -1,7 +1,6 @@
 package diskstore
 
 import (
-	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/engine"
@@ -66,70 +65,4 @@ func (r *records) len() int {
 		return 1
 	}
 	return 0
-}
-
-// replaySet holds one partition's replay records in memory, grouped by the
-// bucket of their expiry (see layout.go), so that a bucket is dropped whole
-// once it has ended: forgetting a hot partition's expired records costs
-// nothing per record. While the clock moves forward there are at most
-// engine.ReplayTTL/bucketMs + 1 buckets, so a lookup costs a few map
-// lookups. A key is in one bucket at most.
-type replaySet struct {
-	buckets []replayBucket // in increasing bucket order
-}
-
-type replayBucket struct {
-	b    int64
-	recs map[string]engine.Record
-}
-
-func (r *replaySet) get(key string) (engine.Record, bool) {
-	for i := range r.buckets {
-		if rec, ok := r.buckets[i].recs[key]; ok {
-			return rec, true
-		}
-	}
-	return engine.Record{}, false
-}
-
-// set stores rec at key, in the bucket of its expiry. rec.Data must be
-// owned by the set; key is cloned if it is new.
-func (r *replaySet) set(key string, rec engine.Record) {
-	b := bucketOf(rec.ExpireAt)
-	i := 0
-	for ; i < len(r.buckets) && r.buckets[i].b < b; i++ {
-		delete(r.buckets[i].recs, key)
-	}
-	if i == len(r.buckets) || r.buckets[i].b != b {
-		r.buckets = slices.Insert(r.buckets, i, replayBucket{b: b, recs: make(map[string]engine.Record)})
-	}
-	recs := r.buckets[i].recs
-	if _, ok := recs[key]; !ok {
-		key = strings.Clone(key)
-	}
-	recs[key] = rec
-	for j := i + 1; j < len(r.buckets); j++ {
-		delete(r.buckets[j].recs, key)
-	}
-}
-
-// trim drops every bucket that has ended at now: all its records have
-// expired.
-func (r *replaySet) trim(now int64) {
-	last := lastEnded(now)
-	n := 0
-	for n < len(r.buckets) && r.buckets[n].b <= last {
-		n++
-	}
-	if n > 0 {
-		r.buckets = slices.Delete(r.buckets, 0, n)
-	}
-}
-
-func (r *replaySet) len() int {
-	n := 0
-	for i := range r.buckets {
-		n += len(r.buckets[i].recs)
-	}
-	return n
 }

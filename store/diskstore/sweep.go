@@ -95,22 +95,6 @@ func (s *Store) sweep(now int64) (int, error) {
 	return deleted, nil
 }
 
-// sweepReplays deletes every replay record in a bucket that has ended at
-// now, with one range deletion when another bucket has ended since the last
-// pass. Pebble drops the rows in its compactions.
-func (s *Store) sweepReplays(now int64) error {
-	first := lastEnded(now) + 1 // the first bucket not ended
-	if first <= s.replaysCleared.Load() {
-		return nil
-	}
-	// A lost deletion is redone by the next pass after a restart.
-	if err := s.db.DeleteRange([]byte{nsReplay}, replayBound(first), pebble.NoSync); err != nil {
-		return unavailable(err)
-	}
-	s.replaysCleared.Store(first)
-	return nil
-}
-
 // dueEntries reads up to Config.SweepLimit expiry index entries of the
 // buckets ended at now, sorted by partition and key.
 func (s *Store) dueEntries(now int64) ([]due, error) {

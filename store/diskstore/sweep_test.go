@@ -311,66 +311,6 @@ func TestSweepIsInvisible(t *testing.T) {
 	}
 }
 
-// TestReplayRecordsExpireByBucket checks a replay record's life on disk:
-// written in its expiry's bucket without an index entry, found again after
-// the partition is reloaded until it expires, and deleted with its bucket.
-func TestReplayRecordsExpireByBucket(t *testing.T) {
-	clock := testclock.At(t0 + 30_000)
-	cfg := DefaultConfig()
-	cfg.Clock = clock
-	cfg.SweepInterval = time.Hour
-	s := openTest(t, cfg)
-	req := &engine.Request{OperationID: "op-1", Steps: []engine.Step{
-		{Partition: "p", Commands: []engine.Command{engine.Incr("n", 1, 3_600_000)}},
-		{Partition: "q", Commands: []engine.Command{engine.Incr("n", 1, 3_600_000)}},
-	}}
-	do := func() *engine.Response {
-		t.Helper()
-		resp, err := engine.New(s).Do(t.Context(), req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	do()
-	if n := countKeys(t, s, []byte{nsReplay}); n != 2 {
-		t.Fatalf("%d replay rows, want 2", n)
-	}
-	if n := countKeys(t, s, []byte{nsIndex}); n != 2 {
-		t.Fatalf("%d expiry index entries, want 2 (the counters' only)", n)
-	}
-
-	// Recorded at t0+30s, the records expire at t0+3m30s, in the bucket
-	// ending at t0+4m.
-	clock.Advance(engine.ReplayTTL - time.Millisecond)
-	s.evictIdle(math.MaxInt64, math.MaxInt)
-	if n, err := s.sweep(engine.UnixMilli(clock)); err != nil || n != 0 {
-		t.Fatalf("sweep: %d, %v", n, err)
-	}
-	if resp := do(); !resp.Steps[0].Replayed || !resp.Steps[1].Replayed {
-		t.Fatalf("after reloading, the request ran again: %+v", resp)
-	}
-	clock.Advance(time.Millisecond)
-	if resp := do(); resp.Steps[0].Replayed || resp.Steps[0].Results[0].Int != 2 {
-		t.Fatalf("after its records expired, the request replayed: %+v", resp)
-	}
-	if n := countKeys(t, s, []byte{nsReplay}); n != 4 {
-		t.Fatalf("%d replay rows, want 4 (the expired two and the new two)", n)
-	}
-
-	clock.Advance(30 * time.Second) // the first records' bucket ends
-	if _, err := s.sweep(engine.UnixMilli(clock)); err != nil {
-		t.Fatal(err)
-	}
-	if n := countKeys(t, s, []byte{nsReplay}); n != 2 {
-		t.Fatalf("%d replay rows after their bucket ended, want 2", n)
-	}
-	s.evictIdle(math.MaxInt64, math.MaxInt)
-	if resp := do(); !resp.Steps[0].Replayed || resp.Steps[0].Results[0].Int != 2 {
-		t.Fatalf("the second recording did not replay: %+v", resp)
-	}
-}
-
 // TestBackgroundLoop runs the store's background goroutine on a fake clock:
 // the sweep empties expired partitions, idle partitions leave memory, and
 // Close stops it all (synctest fails the test if a goroutine outlives the
