@@ -267,7 +267,7 @@ func (s *Store) fillPresence(now int64) error {
 
 // scanKeys calls fn with the key of every row in [lower, upper), in order.
 func (s *Store) scanKeys(lower, upper []byte, fn func(key []byte) error) error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper, KeyTypes: pebble.IterKeyTypePointsOnly})
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return unavailable(err)
 	}

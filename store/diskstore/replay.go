@@ -101,7 +101,7 @@ func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
 // the next bucket's. There are at most engine.ReplayTTL/bucketMs + 1 such
 // buckets while the clock moves forward.
 func (s *Store) loadReplays(p *partition, now int64) error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(lastEnded(now) + 1), UpperBound: []byte{nsReplay + 1}, KeyTypes: pebble.IterKeyTypePointsOnly})
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(lastEnded(now) + 1), UpperBound: []byte{nsReplay + 1}})
 	if err != nil {
 		return unavailable(err)
 	}
