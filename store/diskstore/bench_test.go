@@ -123,6 +123,90 @@ func benchHit(b *testing.B, keys int, sync diskstore.SyncPolicy) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
+// BenchmarkRequest measures replay-safe requests through engine.Do, the
+// store's share of the server's RPC benchmark (bench/rpcbench): each
+// request has a fresh operation id, so every step writes a replay record
+// besides its windows. "1x1" is one hit per request on one of 10,000 keys;
+// "4x8" is 4 steps of 8 hits, every key of 4 consecutive partitions of 8
+// keys (32 decisions). The windows are GCRA windows of 1,000,000 a minute,
+// so every hit is admitted and each record drains between its hits.
+func BenchmarkRequest(b *testing.B) {
+	for _, shape := range []struct {
+		name        string
+		steps, cmds int
+	}{{"1x1", 1, 1}, {"4x8", 4, 8}} {
+		for _, sync := range []diskstore.SyncPolicy{diskstore.SyncAlways, diskstore.SyncNever} {
+			b.Run(shape.name+"/fsync="+string(sync), func(b *testing.B) {
+				benchRequest(b, shape.steps, shape.cmds, sync)
+			})
+		}
+	}
+}
+
+func benchRequest(b *testing.B, steps, cmds int, sync diskstore.SyncPolicy) {
+	const keys, perPartition = 10_000, 8
+	cfg := diskstore.DefaultConfig()
+	cfg.Dir = b.TempDir()
+	cfg.Sync = sync
+	s, err := diskstore.Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	partitions := make([]string, keys/perPartition)
+	for i := range partitions {
+		partitions[i] = "tenant-" + strconv.Itoa(i)
+	}
+	windowKeys := make([]string, perPartition)
+	for i := range windowKeys {
+		windowKeys[i] = "limit-" + strconv.Itoa(i)
+	}
+	hit := func(key string) engine.Command {
+		return engine.Hit(1, engine.Window{Key: key, Kind: algo.KindGCRA, Limit: 1_000_000, WindowMs: 60_000})
+	}
+
+	b.ReportAllocs()
+	setParallelism(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		req := &engine.Request{Mode: engine.All, Steps: make([]engine.Step, steps)}
+		for i := range req.Steps {
+			for j := range cmds {
+				req.Steps[i].Commands = append(req.Steps[i].Commands, hit(windowKeys[j]))
+			}
+		}
+		for pb.Next() {
+			if steps == 1 && cmds == 1 {
+				k := rng.IntN(keys)
+				req.Steps[0].Partition = partitions[k/perPartition]
+				req.Steps[0].Commands[0].Windows[0].Key = windowKeys[k%perPartition]
+			} else {
+				p := rng.IntN(len(partitions))
+				for i := range req.Steps {
+					req.Steps[i].Partition = partitions[(p+i)%len(partitions)]
+				}
+			}
+			req.OperationID = engine.NewOperationID()
+			resp, err := eng.Do(ctx, req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			for i := range resp.Steps {
+				if resp.Steps[i].Denied {
+					b.Error("hit denied")
+					return
+				}
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*steps*cmds)/b.Elapsed().Seconds(), "decisions/s")
+}
+
 var (
 	namesOnce sync.Once
 	manyNames []string

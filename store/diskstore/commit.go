@@ -137,21 +137,29 @@ func (s *Store) lead(p *partition, me *request, queued bool) {
 func (s *Store) round(p *partition, w *worker) *round {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := engine.UnixMilli(s.clock)
 	if !p.loaded.Load() {
-		if err := s.load(p); err != nil {
+		if err := s.load(p, now); err != nil {
 			for _, r := range w.reqs {
 				r.err = err
 			}
 			return nil
 		}
 	}
-	now := engine.UnixMilli(s.clock)
+	if p.replays != nil {
+		p.replays.trim(now)
+	}
 	p.lastUsed.Store(now)
 	view := &w.view
-	view.p, w.writes = p, w.writes[:0]
+	view.s, view.p, w.writes = s, p, w.writes[:0]
 	for _, r := range w.reqs {
 		view.writes = w.writes
 		writes, err := r.w.exec.Run(view, now, r.b, r.out)
+		if view.err != nil {
+			// A replay record could not be read: the batch ran on a
+			// guess, and must not count.
+			err, view.err = view.err, nil
+		}
 		r.err = err
 		if err == nil {
 			// The writes point into r's executor, which r holds until
@@ -159,7 +167,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 			w.writes = append(w.writes, writes...)
 		}
 	}
-	view.p, view.writes = nil, nil
+	view.s, view.p, view.writes = nil, nil, nil
 	rd := s.rounds.Get().(*round)
 	rd.refs.Store(int32(len(w.reqs)))
 	rd.durable.Add(1)
@@ -170,7 +178,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 
 	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
-	w.encode(pb, p, w.writes)
+	s.encode(w, pb, p, w.writes)
 	var err error
 	if s.always {
 		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
@@ -186,7 +194,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 		clear(w.writes)
 		return rd
 	}
-	p.apply(w.writes)
+	p.apply(w.writes, s.seed)
 	clear(w.writes) // drop the references into the executors' buffers
 	if s.always {
 		rd.pb = pb
@@ -196,10 +204,12 @@ func (s *Store) round(p *partition, w *worker) *round {
 }
 
 // roundView is what a batch of a round reads: the writes of the batches
-// before it in the round over the partition's records.
+// before it in the round over the partition's records and replay records.
 type roundView struct {
+	s      *Store
 	p      *partition
 	writes []engine.Write
+	err    error // a replay record could not be read
 }
 
 // Get returns the record at key. See engine.View.
@@ -207,6 +217,15 @@ func (v *roundView) Get(key string) (engine.Record, bool) {
 	for i := len(v.writes) - 1; i >= 0; i-- {
 		if w := &v.writes[i]; w.Key == key {
 			return w.Rec, !w.Delete
+		}
+	}
+	if isReplayKey(key) {
+		rec, ok, err := v.s.replay(v.p, key)
+		if err != nil && v.err == nil {
+			v.err = err
+		}
+		if ok {
+			return rec, true
 		}
 	}
 	return v.p.recs.get(key)

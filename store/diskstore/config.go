@@ -46,9 +46,9 @@ const (
 // Config configures a Store. The zero value is not valid; start from
 // DefaultConfig and set Dir.
 type Config struct {
-	// Dir is the data directory. It is created if missing; a directory
-	// holding data of another on-disk format version is refused with
-	// ErrFormat.
+	// Dir is the data directory. It is created if missing; a directory of
+	// on-disk format version 1 is migrated, and one holding data of
+	// another version is refused with ErrFormat.
 	Dir string
 
 	// Sync is the fsync policy of the write-ahead log.

@@ -33,10 +33,12 @@
 // # Batches
 //
 // Each batch is evaluated by engine.Executor against its partition's
-// records in memory; its writes (record rows, their expiry index entries,
-// deletes and the replay record) go to Pebble in one pebble.Batch, and only
-// once Pebble has accepted that batch are they applied to memory, so a
-// batch Pebble refuses changes nothing.
+// records in memory; its writes (record rows, deletes, the replay record,
+// and an expiry index entry for each record created or whose expiry moved
+// to another minute) go to Pebble in one pebble.Batch, and only once Pebble
+// has accepted that batch are they applied to memory, so a batch Pebble
+// refuses changes nothing. An admitted window hit nearly always writes one
+// Pebble row, and a replay-safe step one more.
 //
 // Batches that arrive on a partition while another is being run are
 // combined into the next round: one caller evaluates them all in arrival
@@ -59,21 +61,31 @@
 //
 // At most Config.MaxResident partitions are held in memory (about 170 bytes
 // for a partition of one record, so the default of 1,048,576 holds about
-// 180 MiB); past it the least recently used idle partition is evicted, and
-// a partition idle for Config.IdleTimeout is evicted by the background
-// loop. An evicted partition is reloaded with one prefix scan on its next
-// batch. A fixed 4 MiB Bloom filter of the partitions that have rows on
-// disk lets a partition never written skip that scan.
+// 180 MiB), each with an 8-byte fingerprint of every replay record it
+// holds until the record expires (the records themselves are read from
+// disk only when a step is retried); past it the least recently used idle
+// partition is evicted, and a partition idle for Config.IdleTimeout is
+// evicted by the background loop. An evicted partition is reloaded on its
+// next batch with one prefix scan of its records and one seek per minute
+// of its replay records' lifetime. A fixed 4 MiB Bloom filter of the
+// partitions that have rows on disk lets a partition never written skip
+// those reads.
 //
 // # Expiry
 //
-// Expired records read as absent at once (the Executor ignores them). A
-// background sweep every Config.SweepInterval deletes up to
-// Config.SweepLimit (at most 1,000) expired records, oldest expiry first,
-// from disk and memory; it locks each partition and checks each record's
-// expiry again before deleting it, so a partition nobody touches shrinks to
-// nothing on disk. The sweep's deletes are not fsynced: one lost to a crash
-// is redone by a later pass.
+// Expired records read as absent at once (the Executor ignores them). On
+// disk, an index of records by the minute their expiry falls in (see
+// layout.go) lets a background sweep every Config.SweepInterval find them:
+// once a minute has passed, it deletes up to Config.SweepLimit (at most
+// 1,000) of that minute's index entries a pass, oldest minute first, with
+// the records they name that have expired. It locks each partition and
+// checks each record's expiry again before deleting it, so a record renewed
+// since survives, and a partition nobody touches shrinks to nothing on disk
+// within about a minute of its last record's expiry. Replay records carry
+// no index entries: they are kept by the minute their expiry falls in, and
+// the sweep deletes each minute's with one range deletion once it has
+// passed. The sweep's deletes are not fsynced: one lost to a crash is
+// redone by a later pass.
 //
 // # Time
 //
@@ -84,7 +96,9 @@
 // # On-disk format
 //
 // The key layout is described in layout.go. A format version is written
-// when a store is created and checked when it is opened; a directory of
-// another version, or a Pebble database that is not a store, is refused
-// with an error wrapping ErrFormat.
+// when a store is created and checked when it is opened. A directory of
+// version 1 (before the index by minute) is migrated when it is opened, in
+// one pass over its records; a directory of another version, or a Pebble
+// database that is not a store, is refused with an error wrapping
+// ErrFormat.
 package diskstore

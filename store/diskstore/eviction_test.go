@@ -58,6 +58,35 @@ func (w *workload) batch() (string, []engine.Command) {
 	return part, cmds
 }
 
+// compare runs the workload's next batch on a and on b, as one batch or,
+// one time in four, as a replay-safe request of one or two steps whose
+// operation id comes from a small pool (so that requests replay, conflict
+// and outlive their records), and fails the test unless both answer alike.
+func (w *workload) compare(t *testing.T, i int, a, b *Store) {
+	t.Helper()
+	ctx := t.Context()
+	if w.rng.IntN(4) > 0 {
+		part, cmds := w.batch()
+		var outA, outB engine.StepResult
+		errA := engine.New(a).Apply(ctx, part, &outA, cmds...)
+		errB := engine.New(b).Apply(ctx, part, &outB, cmds...)
+		if fmt.Sprint(errA) != fmt.Sprint(errB) || !reflect.DeepEqual(outA, outB) {
+			t.Fatalf("batch %d on %s %+v:\nfirst store: %+v, %v\nsecond store: %+v, %v", i, part, cmds, outA, errA, outB, errB)
+		}
+		return
+	}
+	req := &engine.Request{OperationID: fmt.Sprintf("op-%d", w.rng.IntN(8))}
+	for range 1 + w.rng.IntN(2) {
+		part, cmds := w.batch()
+		req.Steps = append(req.Steps, engine.Step{Partition: part, Commands: cmds})
+	}
+	respA, errA := engine.New(a).Do(ctx, req)
+	respB, errB := engine.New(b).Do(ctx, req)
+	if fmt.Sprint(errA) != fmt.Sprint(errB) || !reflect.DeepEqual(respA, respB) {
+		t.Fatalf("request %d %+v:\nfirst store: %+v, %v\nsecond store: %+v, %v", i, req, respA, errA, respB, errB)
+	}
+}
+
 // TestEvictionIsInvisible runs one random workload on a store that evicts
 // partitions constantly and on one that never does: every answer must be
 // the same.
@@ -71,18 +100,11 @@ func TestEvictionIsInvisible(t *testing.T) {
 	}
 	evicting, resident := newStore(), newStore()
 	w := &workload{rng: rand.New(rand.NewPCG(1, 2)), clock: clock}
-	ctx := t.Context()
 	for i := range 3000 {
-		part, cmds := w.batch()
-		var a, b engine.StepResult
-		errA := engine.New(evicting).Apply(ctx, part, &a, cmds...)
-		errB := engine.New(resident).Apply(ctx, part, &b, cmds...)
-		if fmt.Sprint(errA) != fmt.Sprint(errB) || !reflect.DeepEqual(a, b) {
-			t.Fatalf("batch %d on %s %+v:\nevicting store: %+v, %v\nresident store: %+v, %v", i, part, cmds, a, errA, b, errB)
-		}
+		w.compare(t, i, evicting, resident)
 		// Every batch on the evicting store reloads its partition.
 		evicting.evictIdle(math.MaxInt64, math.MaxInt)
-		clock.Advance(time.Duration(w.rng.IntN(300)) * time.Millisecond)
+		clock.Advance(time.Duration(w.rng.IntN(500)) * time.Millisecond)
 	}
 	if n := resident.Resident(); n != 40 {
 		t.Errorf("%d partitions resident, want all 40", n)

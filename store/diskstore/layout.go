@@ -8,14 +8,15 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// On-disk layout, format version 1.
+// On-disk layout, format version 2.
 //
 // Every Pebble key starts with a one-byte namespace:
 //
 //	"m" name                               meta: store-wide facts
 //	"r" u16be(len(p)) p k                  record k of partition p
-//	"x" u64be(expireAt ^ 1<<63) u16be(len(p)) p k
+//	"e" u64be(b ^ 1<<63) u32be(seq) u16be(len(p)) p k
 //	                                       expiry index entry of that record
+//	"o" u64be(b ^ 1<<63) u16be(len(p)) p k replay record k of partition p
 //
 // Meta keys:
 //
@@ -27,23 +28,57 @@ import (
 // partition's keys, whatever bytes the names hold (a partition named "a" and
 // one named "ab" differ in their length bytes), and a record key needs no
 // terminator: it is the rest of the Pebble key. Record keys (window, kv,
-// gate and pace keys, and the engine's replay keys, which start with a NUL
-// byte) are opaque bytes, at least one of them.
+// gate and pace keys) are opaque bytes, at least one of them.
 //
-// A record's value is
+// A record's value, and a replay record's, is
 //
 //	kind (1 byte, engine.RecordKind) | expireAt (8 bytes, int64 little-endian, Unix ms) | data
 //
 // where data is the record's encoding from package algo (or the replay
 // record the engine writes).
 //
-// The expiry index holds exactly one entry, with an empty value, for every
-// record row, at the record's expiry: flipping the sign bit makes the
-// big-endian encoding of the (possibly negative) int64 sort in numeric
-// order, so the sweep reads the expired records first with one bounded
-// scan. A batch that changes a record's expiry deletes the old entry and
-// writes the new one in the same Pebble batch as the record.
-const formatVersion uint32 = 1
+// # Expiry buckets
+//
+// Time is cut into buckets of bucketMs: bucket b holds the instants
+// ((b-1)·bucketMs, b·bucketMs], so every instant of bucket b is at most
+// b·bucketMs, the bucket's end. The bucket is stored with its sign bit
+// flipped, so that the big-endian encoding of the (possibly negative) int64
+// sorts in numeric order.
+//
+// The expiry index holds, for every record row, an entry with an empty value
+// in the bucket of the record's expiry. An entry is written when its record
+// is created and when a write moves the record's expiry into another bucket;
+// a write that keeps the expiry in its bucket (a window hit, nearly always)
+// writes the record's row alone. An entry a write leaves behind (its record
+// moved to another bucket, or was deleted) is stale: the sweep drops it when
+// its bucket ends. Entries are ordered within a bucket by seq, a counter of
+// the store's, so that new entries are appended at a bucket's end rather than
+// scattered through it, which keeps their insertion cheap; the record's key
+// after it makes each entry unique whatever the counter does across
+// restarts.
+//
+// Once a bucket has ended every record with a current entry in it has
+// expired, so the sweep reads the index from its oldest bucket up to the
+// last ended one and deletes each entry, and its record if that has expired
+// (a record renewed since has its current entry in a later bucket). A
+// record is thus deleted from disk within one bucket and one sweep pass of
+// its expiry, and never before it.
+//
+// Replay records live in a namespace of their own, keyed by the bucket of
+// their expiry first and by partition within it, and have no index entries:
+// the sweep deletes every bucket that has ended with one range deletion. A
+// partition's replay records are found, when it is loaded, with one seek in
+// each bucket that has not yet ended (there are at most
+// engine.ReplayTTL/bucketMs + 1 of them). The engine's replay keys start
+// with a NUL byte, which no other record key does; a record of kind
+// engine.RecReplay under such a key is a replay record.
+const formatVersion uint32 = 2
+
+// bucketMs is the width of an expiry bucket, in milliseconds. A record
+// whose expiry moves with every write (sliding, log and GCRA windows, pace
+// logs) gets a new index entry once a minute at most, and an expired record
+// stays on disk at most a minute and one sweep pass past its expiry.
+const bucketMs = 60_000
 
 // ErrFormat reports a data directory written in an on-disk format this
 // build does not read, or holding data that is not a Sluice store.
@@ -52,18 +87,55 @@ var ErrFormat = errors.New("diskstore: unsupported on-disk format")
 const (
 	nsMeta   = 'm'
 	nsRecord = 'r'
-	nsExpiry = 'x'
+	nsIndex  = 'e'
+	nsReplay = 'o'
 
 	recordHeader = 1 + 8 // kind + expireAt
+	bucketBytes  = 8
+	seqBytes     = 4
 	flipSign     = 1 << 63
 )
 
 var formatKey = []byte("mformat")
 
+// bucketOf returns the bucket holding instant t: the least b with
+// t ≤ b·bucketMs.
+func bucketOf(t int64) int64 {
+	b := t / bucketMs // rounds towards zero: up for a negative t
+	if t%bucketMs > 0 {
+		b++
+	}
+	return b
+}
+
+// lastEnded returns the last bucket that has ended at now: the greatest b
+// with b·bucketMs ≤ now.
+func lastEnded(now int64) int64 {
+	b := now / bucketMs
+	if now%bucketMs < 0 {
+		b--
+	}
+	return b
+}
+
+// isReplay reports whether a record written under key with kind kind is a
+// replay record.
+func isReplay(key string, kind engine.RecordKind) bool {
+	return kind == engine.RecReplay && isReplayKey(key)
+}
+
+// isReplayKey reports whether key may name a replay record: the engine's
+// replay keys, and no other record key, start with a NUL byte.
+func isReplayKey(key string) bool { return len(key) > 0 && key[0] == 0 }
+
 // appendPartitionPrefix appends the prefix shared by every record key of
 // partition p.
 func appendPartitionPrefix(dst []byte, p string) []byte {
-	dst = append(dst, nsRecord)
+	return appendPartition(append(dst, nsRecord), p)
+}
+
+// appendPartition appends u16be(len(p)) p.
+func appendPartition(dst []byte, p string) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(p)))
 	return append(dst, p...)
 }
@@ -73,19 +145,35 @@ func appendRecordKey(dst []byte, p, k string) []byte {
 	return append(appendPartitionPrefix(dst, p), k...)
 }
 
-// appendExpiryKey appends the expiry index key of the record whose Pebble
-// key is rk, expiring at expireAt.
-func appendExpiryKey(dst []byte, expireAt int64, rk []byte) []byte {
-	dst = append(dst, nsExpiry)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(expireAt)^flipSign)
+func appendBucket(dst []byte, ns byte, b int64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, ns), uint64(b)^flipSign)
+}
+
+// appendIndexKey appends the expiry index key of the record whose Pebble
+// key is rk, in bucket b, with sequence number seq.
+func appendIndexKey(dst []byte, b int64, seq uint32, rk []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(appendBucket(dst, nsIndex, b), seq)
 	return append(dst, rk[1:]...)
 }
 
-// expiryBound returns the smallest expiry index key of a record expiring at
-// expireAt: every entry below it expires earlier.
-func expiryBound(expireAt int64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{nsExpiry}, uint64(expireAt)^flipSign)
+// indexBound returns the smallest index key of bucket b: every entry below
+// it is in an earlier bucket.
+func indexBound(b int64) []byte { return appendBucket(nil, nsIndex, b) }
+
+// appendReplayKey appends the Pebble key of replay record k of partition p,
+// expiring in bucket b.
+func appendReplayKey(dst []byte, b int64, p, k string) []byte {
+	return append(appendReplayPrefix(dst, b, p), k...)
 }
+
+// appendReplayPrefix appends the prefix of partition p's replay records in
+// bucket b.
+func appendReplayPrefix(dst []byte, b int64, p string) []byte {
+	return appendPartition(appendBucket(dst, nsReplay, b), p)
+}
+
+// replayBound returns the smallest replay key of bucket b.
+func replayBound(b int64) []byte { return appendBucket(nil, nsReplay, b) }
 
 // prefixEnd returns the smallest key greater than every key with the given
 // prefix, for use as an exclusive upper bound. prefix must not be all 0xff.
@@ -100,31 +188,58 @@ func prefixEnd(prefix []byte) []byte {
 	panic("diskstore: prefix of 0xff bytes")
 }
 
+// parsePartition splits u16be(len(p)) p k into p and k, which alias pk; k
+// is at least one byte.
+func parsePartition(pk []byte) (p, k []byte, ok bool) {
+	if len(pk) < 2 {
+		return nil, nil, false
+	}
+	n := int(binary.BigEndian.Uint16(pk))
+	if len(pk) < 2+n+1 {
+		return nil, nil, false
+	}
+	return pk[2 : 2+n], pk[2+n:], true
+}
+
 // parseRecordKey splits a record's Pebble key into its partition and key.
 // They alias rk.
 func parseRecordKey(rk []byte) (p, k []byte, err error) {
-	if len(rk) < 3 || rk[0] != nsRecord {
+	if len(rk) < 1 || rk[0] != nsRecord {
 		return nil, nil, fmt.Errorf("%w: record key %q", engine.ErrCorrupt, rk)
 	}
-	n := int(binary.BigEndian.Uint16(rk[1:]))
-	if len(rk) < 3+n+1 {
+	p, k, ok := parsePartition(rk[1:])
+	if !ok {
 		return nil, nil, fmt.Errorf("%w: record key %q", engine.ErrCorrupt, rk)
 	}
-	return rk[3 : 3+n], rk[3+n:], nil
+	return p, k, nil
 }
 
-// parseExpiryKey splits an expiry index key into the record's expiry and
-// the record's Pebble key, which it writes into dst.
-func parseExpiryKey(dst, xk []byte) (expireAt int64, rk []byte, err error) {
-	if len(xk) < 1+8+3 || xk[0] != nsExpiry {
-		return 0, nil, fmt.Errorf("%w: expiry key %q", engine.ErrCorrupt, xk)
+// parseIndexKey splits an expiry index key into its bucket and the record's
+// Pebble key, which it appends to dst.
+func parseIndexKey(dst, xk []byte) (b int64, rk []byte, err error) {
+	const head = 1 + bucketBytes + seqBytes
+	if len(xk) < head || xk[0] != nsIndex {
+		return 0, nil, fmt.Errorf("%w: expiry index key %q", engine.ErrCorrupt, xk)
 	}
-	expireAt = int64(binary.BigEndian.Uint64(xk[1:]) ^ flipSign)
-	rk = append(append(dst, nsRecord), xk[9:]...)
+	b = int64(binary.BigEndian.Uint64(xk[1:]) ^ flipSign)
+	rk = append(append(dst, nsRecord), xk[head:]...)
 	if _, _, err := parseRecordKey(rk); err != nil {
 		return 0, nil, err
 	}
-	return expireAt, rk, nil
+	return b, rk, nil
+}
+
+// parseReplayKey splits a replay record's Pebble key into its bucket,
+// partition and key. p and k alias ok.
+func parseReplayKey(ok []byte) (b int64, p, k []byte, err error) {
+	if len(ok) < 1+bucketBytes || ok[0] != nsReplay {
+		return 0, nil, nil, fmt.Errorf("%w: replay key %q", engine.ErrCorrupt, ok)
+	}
+	p, k, valid := parsePartition(ok[1+bucketBytes:])
+	if !valid {
+		return 0, nil, nil, fmt.Errorf("%w: replay key %q", engine.ErrCorrupt, ok)
+	}
+	return int64(binary.BigEndian.Uint64(ok[1:]) ^ flipSign), p, k, nil
 }
 
 // appendValue appends the encoding of rec as a record value.

@@ -33,21 +33,73 @@ func TestRecordKeysNeverCollide(t *testing.T) {
 	})
 }
 
-func TestExpiryKeysSortByExpiry(t *testing.T) {
+// TestBuckets checks the bucket arithmetic against its definition: bucket b
+// holds the instants ((b-1)·bucketMs, b·bucketMs] and has ended at now once
+// b·bucketMs ≤ now.
+func TestBuckets(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		e1, e2 := rapid.Int64().Draw(t, "e1"), rapid.Int64().Draw(t, "e2")
+		at := rapid.Int64Range(-1<<60, 1<<60).Draw(t, "t")
+		b := bucketOf(at)
+		if !((b-1)*bucketMs < at && at <= b*bucketMs) {
+			t.Fatalf("bucketOf(%d) = %d, which holds (%d, %d]", at, b, (b-1)*bucketMs, b*bucketMs)
+		}
+		now := rapid.Int64Range(-1<<60, 1<<60).Draw(t, "now")
+		last := lastEnded(now)
+		if !(last*bucketMs <= now && now < (last+1)*bucketMs) {
+			t.Fatalf("lastEnded(%d) = %d, ending at %d", now, last, last*bucketMs)
+		}
+		// A bucket has ended exactly when every instant in it is past.
+		if ended, expired := b <= lastEnded(now), b*bucketMs <= now; ended != expired {
+			t.Fatalf("bucket %d at %d: ended %v, every instant past %v", b, now, ended, expired)
+		}
+	})
+}
+
+func TestIndexKeysSortByBucket(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b1, b2 := rapid.Int64().Draw(t, "b1"), rapid.Int64().Draw(t, "b2")
+		seq1, seq2 := rapid.Uint32().Draw(t, "seq1"), rapid.Uint32().Draw(t, "seq2")
 		rk1 := appendRecordKey(nil, name(t, "p1"), name(t, "k1"))
 		rk2 := appendRecordKey(nil, name(t, "p2"), name(t, "k2"))
-		x1, x2 := appendExpiryKey(nil, e1, rk1), appendExpiryKey(nil, e2, rk2)
-		if e1 < e2 && bytes.Compare(x1, x2) >= 0 {
-			t.Fatalf("expiry %d sorts after %d", e1, e2)
+		x1, x2 := appendIndexKey(nil, b1, seq1, rk1), appendIndexKey(nil, b2, seq2, rk2)
+		if b1 < b2 && bytes.Compare(x1, x2) >= 0 {
+			t.Fatalf("an entry of bucket %d sorts after one of %d", b1, b2)
 		}
-		if e1 < e2 && bytes.Compare(x1, expiryBound(e2)) >= 0 {
-			t.Fatalf("expiry %d is not below the bound of %d", e1, e2)
+		if b1 < b2 && bytes.Compare(x1, indexBound(b2)) >= 0 {
+			t.Fatalf("an entry of bucket %d is not below the bound of %d", b1, b2)
 		}
-		at, rk, err := parseExpiryKey(nil, x1)
-		if err != nil || at != e1 || !bytes.Equal(rk, rk1) {
-			t.Fatalf("parseExpiryKey(%q) = %d, %q, %v; want %d, %q", x1, at, rk, err, e1, rk1)
+		if b1 >= b2 && bytes.Compare(x1, indexBound(b2)) < 0 {
+			t.Fatalf("an entry of bucket %d is below the bound of %d", b1, b2)
+		}
+		if b1 == b2 && seq1 < seq2 && bytes.Compare(x1, x2) >= 0 {
+			t.Fatalf("entry %d sorts after entry %d of the same bucket", seq1, seq2)
+		}
+		b, rk, err := parseIndexKey(nil, x1)
+		if err != nil || b != b1 || !bytes.Equal(rk, rk1) {
+			t.Fatalf("parseIndexKey(%q) = %d, %q, %v; want %d, %q", x1, b, rk, err, b1, rk1)
+		}
+	})
+}
+
+func TestReplayKeys(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b1, b2 := rapid.Int64().Draw(t, "b1"), rapid.Int64().Draw(t, "b2")
+		p1, k1, p2, k2 := name(t, "p1"), name(t, "k1"), name(t, "p2"), name(t, "k2")
+		o1, o2 := appendReplayKey(nil, b1, p1, k1), appendReplayKey(nil, b2, p2, k2)
+		if b1 < b2 && bytes.Compare(o1, o2) >= 0 {
+			t.Fatalf("a replay key of bucket %d sorts after one of %d", b1, b2)
+		}
+		if b1 < b2 && bytes.Compare(o1, replayBound(b2)) >= 0 {
+			t.Fatalf("a replay key of bucket %d is not below the bound of %d", b1, b2)
+		}
+		// A partition's prefix in a bucket covers exactly its replay
+		// records of that bucket.
+		if bytes.HasPrefix(o2, appendReplayPrefix(nil, b1, p1)) != (b1 == b2 && p1 == p2) {
+			t.Fatalf("the prefix of (%d, %q) covers the replay record (%d, %q, %q): %v", b1, p1, b2, p2, k2, b1 != b2 || p1 != p2)
+		}
+		b, p, k, err := parseReplayKey(o1)
+		if err != nil || b != b1 || string(p) != p1 || string(k) != k1 {
+			t.Fatalf("parseReplayKey(%q) = %d, %q, %q, %v", o1, b, p, k, err)
 		}
 	})
 }

@@ -13,15 +13,17 @@ import (
 )
 
 // partition is the in-memory copy of one partition's records. Once loaded
-// it mirrors the partition's rows on disk exactly, expired rows included,
-// so a batch knows each record's current expiry index entry. It implements
-// engine.View.
+// its records mirror the partition's record rows on disk exactly, expired
+// rows included, so a batch knows the bucket of each record's current
+// expiry index entry; its replay fingerprints cover the replay records on
+// disk whose bucket has not ended.
 type partition struct {
-	mu     sync.Mutex // held by the round in progress (and the sweep)
-	name   string
-	hash   uint64      // of name, with the store's seed
-	recs   records     // guarded by mu
-	loaded atomic.Bool // written under mu
+	mu      sync.Mutex // held by the round in progress (and the sweep)
+	name    string
+	hash    uint64      // of name, with the store's seed
+	recs    records     // guarded by mu
+	replays *replaySet  // guarded by mu; nil until the first replay record
+	loaded  atomic.Bool // written under mu
 
 	// pins counts the callers using the partition; a pinned partition is
 	// never evicted. It is incremented under the shard's lock.
@@ -39,11 +41,8 @@ type partition struct {
 	leading bool       // a round is in progress or about to start
 }
 
-// Get returns the record at key. See engine.View.
-func (p *partition) Get(key string) (engine.Record, bool) { return p.recs.get(key) }
-
-// apply copies committed writes into memory.
-func (p *partition) apply(writes []engine.Write) {
+// apply copies committed writes into memory; seed is the store's.
+func (p *partition) apply(writes []engine.Write, seed maphash.Seed) {
 	for i := range writes {
 		w := &writes[i]
 		if w.Delete {
@@ -51,6 +50,10 @@ func (p *partition) apply(writes []engine.Write) {
 			continue
 		}
 		rec := w.Rec
+		if isReplay(w.Key, rec.Kind) {
+			p.addReplay(maphash.String(seed, w.Key), bucketOf(rec.ExpireAt))
+			continue
+		}
 		if old, exists := p.recs.get(w.Key); exists && cap(old.Data) >= len(rec.Data) {
 			// Reuse the record's buffer: the hot path allocates nothing.
 			// (A write may alias the old buffer; copy handles overlap.)
@@ -181,58 +184,97 @@ func (s *Store) Resident() int {
 	return n
 }
 
-// load reads p's records from disk with one prefix scan, unless the
-// presence filter shows it has none. The caller holds p.mu.
-func (s *Store) load(p *partition) error {
+// load reads p's records from disk with one prefix scan, and its replay
+// records whose bucket has not ended at now with one seek per bucket,
+// unless the presence filter shows it has none. The caller holds p.mu.
+func (s *Store) load(p *partition, now int64) error {
 	if !s.present.mayContain(p.hash) {
 		p.loaded.Store(true)
 		return nil
 	}
-	prefix := appendPartitionPrefix(nil, p.name)
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return unavailable(err)
-	}
 	var recs records
-	for ok := iter.First(); ok; ok = iter.Next() {
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			_ = iter.Close()
-			return unavailable(err)
-		}
+	prefix := appendPartitionPrefix(nil, p.name)
+	err := s.scan(prefix, prefixEnd(prefix), func(key, v []byte) error {
 		rec, err := decodeValue(v)
 		if err != nil {
-			_ = iter.Close()
 			return err
 		}
 		rec.Data = append([]byte(nil), rec.Data...)
-		recs.set(string(iter.Key()[len(prefix):]), rec)
+		recs.set(string(key[len(prefix):]), rec)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if err := iter.Close(); err != nil {
-		return unavailable(err)
+	if err := s.loadReplays(p, now); err != nil {
+		return err
 	}
 	p.recs = recs
 	p.loaded.Store(true)
 	return nil
 }
 
-// fillPresence adds every partition with rows on disk to the presence
-// filter, reading the record keys in order.
-func (s *Store) fillPresence() error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsRecord}, UpperBound: []byte{nsRecord + 1}})
+// scan calls fn with every row whose key is in [lower, upper), in order.
+// key and v are valid only during the call.
+func (s *Store) scan(lower, upper []byte, fn func(key, v []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return unavailable(err)
 	}
-	var last []byte
 	for ok := iter.First(); ok; ok = iter.Next() {
-		p, _, err := parseRecordKey(iter.Key())
+		v, err := iter.ValueAndErr()
 		if err != nil {
+			_ = iter.Close()
+			return unavailable(err)
+		}
+		if err := fn(iter.Key(), v); err != nil {
 			_ = iter.Close()
 			return err
 		}
+	}
+	return unavailable(iter.Close())
+}
+
+// fillPresence adds every partition with rows on disk to the presence
+// filter: every partition with records, and every partition with replay
+// records in a bucket that has not ended at now.
+func (s *Store) fillPresence(now int64) error {
+	var last []byte
+	add := func(p []byte) {
 		if !bytes.Equal(p, last) {
 			last = append(last[:0], p...)
 			s.present.add(maphash.Bytes(s.seed, p))
+		}
+	}
+	err := s.scanKeys([]byte{nsRecord}, []byte{nsRecord + 1}, func(key []byte) error {
+		p, _, err := parseRecordKey(key)
+		if err == nil {
+			add(p)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return s.scanKeys(replayBound(lastEnded(now)+1), []byte{nsReplay + 1}, func(key []byte) error {
+		_, p, _, err := parseReplayKey(key)
+		if err == nil {
+			add(p)
+		}
+		return err
+	})
+}
+
+// scanKeys calls fn with the key of every row in [lower, upper), in order.
+func (s *Store) scanKeys(lower, upper []byte, fn func(key []byte) error) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return unavailable(err)
+	}
+	for ok := iter.First(); ok; ok = iter.Next() {
+		if err := fn(iter.Key()); err != nil {
+			_ = iter.Close()
+			return err
 		}
 	}
 	return unavailable(iter.Close())

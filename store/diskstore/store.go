@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -34,6 +35,11 @@ type Store struct {
 	requests sync.Pool // *request
 	rounds   sync.Pool // *round
 	present  *presence
+	// seq numbers the expiry index entries (see layout.go): it keeps new
+	// entries at the end of their bucket; it may wrap.
+	seq atomic.Uint32
+	// replaysCleared is the first replay bucket the sweep has not deleted.
+	replaysCleared atomic.Int64
 
 	// gate is held shared by every Apply and exclusively by Close, so Close
 	// waits for the batches in flight before it closes Pebble.
@@ -53,7 +59,7 @@ type Store struct {
 // steady stream of batches allocates nothing.
 type worker struct {
 	exec   engine.Executor
-	rk     []byte // a record's Pebble key
+	rk     []byte // a record's (or replay record's) Pebble key
 	xk     []byte // an expiry index key
 	val    []byte // a record's Pebble value
 	reqs   []*request
@@ -62,9 +68,9 @@ type worker struct {
 	last   map[string]int // a large round's last write of each key
 }
 
-// Open opens (creating if needed) the store in cfg.Dir. It refuses a
-// directory of another on-disk format version with an error wrapping
-// ErrFormat.
+// Open opens (creating if needed) the store in cfg.Dir. It migrates a
+// directory of on-disk format version 1 and refuses one of another version
+// with an error wrapping ErrFormat.
 func Open(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -79,6 +85,7 @@ func Open(cfg Config) (*Store, error) {
 		done:     make(chan struct{}),
 		present:  newPresence(),
 	}
+	s.replaysCleared.Store(math.MinInt64)
 	if s.clock == nil {
 		s.clock = engine.SystemClock{}
 	}
@@ -101,7 +108,7 @@ func Open(cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if err := s.fillPresence(); err != nil {
+	if err := s.fillPresence(engine.UnixMilli(s.clock)); err != nil {
 		_ = db.Close()
 		return nil, err
 	}
@@ -121,20 +128,24 @@ func (s *Store) pebbleOptions() *pebble.Options {
 }
 
 // checkFormat writes the format version into a new store and checks it in
-// an existing one.
+// an existing one, migrating a store of version 1 (see migrate.go).
 func (s *Store) checkFormat() error {
 	v, closer, err := s.db.Get(formatKey)
 	switch {
 	case err == nil:
 		version, derr := decodeFormat(v)
 		_ = closer.Close()
-		if derr != nil {
+		switch {
+		case derr != nil:
 			return derr
+		case version == formatVersion:
+			return nil
+		case version == 1:
+			return s.migrateV1(engine.UnixMilli(s.clock))
 		}
-		if version != formatVersion {
-			return fmt.Errorf("%w: %s holds format version %d; this build reads version %d", ErrFormat, s.cfg.Dir, version, formatVersion)
-		}
-		return nil
+		return fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates version 1: "+
+			"open it with a build that reads version %d, or move it aside to start with an empty store",
+			ErrFormat, s.cfg.Dir, version, formatVersion, version)
 	case !errors.Is(err, pebble.ErrNotFound):
 		return fmt.Errorf("%w: diskstore: reading the format version: %w", engine.ErrUnavailable, err)
 	}
@@ -149,6 +160,11 @@ func (s *Store) checkFormat() error {
 	if !empty {
 		return fmt.Errorf("%w: %s holds data but no format version", ErrFormat, s.cfg.Dir)
 	}
+	return s.writeFormat()
+}
+
+// writeFormat records this build's format version, fsynced.
+func (s *Store) writeFormat() error {
 	if err := s.db.Set(formatKey, encodeFormat(formatVersion), pebble.Sync); err != nil {
 		return fmt.Errorf("%w: diskstore: writing the format version: %w", engine.ErrUnavailable, err)
 	}
@@ -193,9 +209,11 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 }
 
 // encode writes the Pebble form of writes on partition p into pb: each
-// record's row, and its expiry index entry where the expiry changed. Only
-// the last write of a key counts; p.recs must not yet hold any of writes.
-func (w *worker) encode(pb *pebble.Batch, p *partition, writes []engine.Write) {
+// record's row, with an expiry index entry where the record is new or its
+// expiry moved to another bucket, and each replay record's row in its
+// bucket. Only the last write of a key counts; p must not yet hold any of
+// writes.
+func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engine.Write) {
 	// A round of many batches finds each key's last write with a map; the
 	// usual handful of writes, by scanning.
 	large := len(writes) > 16
@@ -213,13 +231,17 @@ func (w *worker) encode(pb *pebble.Batch, p *partition, writes []engine.Write) {
 		if large && w.last[wr.Key] != i || !large && rewritten(writes, i) {
 			continue
 		}
+		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
+			w.rk = appendReplayKey(w.rk[:0], bucketOf(wr.Rec.ExpireAt), p.name, wr.Key)
+			w.val = appendValue(w.val[:0], &wr.Rec)
+			_ = pb.Set(w.rk, w.val, nil)
+			continue
+		}
 		w.rk = appendRecordKey(w.rk[:0], p.name, wr.Key)
 		old, had := p.recs.get(wr.Key)
-		if had && (wr.Delete || old.ExpireAt != wr.Rec.ExpireAt) {
-			w.xk = appendExpiryKey(w.xk[:0], old.ExpireAt, w.rk)
-			_ = pb.Delete(w.xk, nil)
-		}
 		if wr.Delete {
+			// The record's index entry is left behind, stale: the sweep
+			// drops it when its bucket ends.
 			if had {
 				_ = pb.Delete(w.rk, nil)
 			}
@@ -227,8 +249,8 @@ func (w *worker) encode(pb *pebble.Batch, p *partition, writes []engine.Write) {
 		}
 		w.val = appendValue(w.val[:0], &wr.Rec)
 		_ = pb.Set(w.rk, w.val, nil)
-		if !had || old.ExpireAt != wr.Rec.ExpireAt {
-			w.xk = appendExpiryKey(w.xk[:0], wr.Rec.ExpireAt, w.rk)
+		if b := bucketOf(wr.Rec.ExpireAt); !had || bucketOf(old.ExpireAt) != b {
+			w.xk = appendIndexKey(w.xk[:0], b, s.seq.Add(1), w.rk)
 			_ = pb.Set(w.xk, nil, nil)
 		}
 	}

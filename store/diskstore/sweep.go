@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -50,31 +51,36 @@ func (s *Store) background() {
 	}
 }
 
-// expired is one expiry index entry at or before the sweep's instant.
-type expired struct {
-	at        int64
+// due is one expiry index entry of a bucket that has ended.
+type due struct {
+	xk        []byte // the entry's key
 	rk        []byte // the record's Pebble key
 	partition string
 	key       string
 }
 
-// sweep deletes up to Config.SweepLimit expired records, with their expiry
-// index entries, reading the index from its oldest entry. Each partition is
-// locked and each record's expiry checked again before it is deleted, so a
-// record a batch has just renewed survives. It returns the number of records
-// deleted.
+// sweep deletes the replay records of every bucket that has ended with one
+// range deletion, then reads up to Config.SweepLimit expiry index entries
+// of ended buckets, oldest bucket first, and deletes each entry, and its
+// record if that has expired. Each partition is locked and each record's
+// expiry checked before it is deleted, so a record a batch has renewed
+// survives (its current entry is in a later bucket). It returns the number
+// of records deleted.
 func (s *Store) sweep(now int64) (int, error) {
-	due, err := s.dueEntries(now)
-	if err != nil || len(due) == 0 {
+	if err := s.sweepReplays(now); err != nil {
+		return 0, err
+	}
+	entries, err := s.dueEntries(now)
+	if err != nil || len(entries) == 0 {
 		return 0, err
 	}
 	deleted := 0
-	for start := 0; start < len(due); {
+	for start := 0; start < len(entries); {
 		end := start + 1
-		for end < len(due) && due[end].partition == due[start].partition {
+		for end < len(entries) && entries[end].partition == entries[start].partition {
 			end++
 		}
-		n, err := s.sweepPartition(now, due[start:end])
+		n, err := s.sweepPartition(now, entries[start:end])
 		deleted += n
 		if err != nil {
 			return deleted, err
@@ -89,58 +95,39 @@ func (s *Store) sweep(now int64) (int, error) {
 	return deleted, nil
 }
 
-// dueEntries reads up to Config.SweepLimit expiry index entries at or before
-// now, grouped by partition.
-func (s *Store) dueEntries(now int64) ([]expired, error) {
-	lower := []byte{nsExpiry}
-	var upper []byte
-	if now == 1<<63-1 {
-		upper = prefixEnd(lower)
-	} else {
-		upper = expiryBound(now + 1)
-	}
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+// dueEntries reads up to Config.SweepLimit expiry index entries of the
+// buckets ended at now, sorted by partition and key.
+func (s *Store) dueEntries(now int64) ([]due, error) {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsIndex}, UpperBound: indexBound(lastEnded(now) + 1)})
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	var due []expired
-	for ok := iter.First(); ok && len(due) < s.cfg.SweepLimit; ok = iter.Next() {
-		at, rk, err := parseExpiryKey(nil, iter.Key())
+	var entries []due
+	for ok := iter.First(); ok && len(entries) < s.cfg.SweepLimit; ok = iter.Next() {
+		xk := append([]byte(nil), iter.Key()...)
+		_, rk, err := parseIndexKey(nil, xk)
 		if err != nil {
 			_ = iter.Close()
 			return nil, err
 		}
 		p, k, _ := parseRecordKey(rk)
-		due = append(due, expired{at: at, rk: rk, partition: string(p), key: string(k)})
+		entries = append(entries, due{xk: xk, rk: rk, partition: string(p), key: string(k)})
 	}
 	if err := iter.Close(); err != nil {
 		return nil, unavailable(err)
 	}
-	// Group by partition, keeping the index order within each, so every
-	// partition is locked once per pass.
-	groupByPartition(due)
-	return due, nil
-}
-
-// groupByPartition reorders due so that entries of one partition are
-// adjacent, partitions in order of first appearance and entries in index
-// order within each.
-func groupByPartition(due []expired) {
-	first := make(map[string]int, len(due))
-	for i := range due {
-		if _, ok := first[due[i].partition]; !ok {
-			first[due[i].partition] = i
-		}
-	}
-	slices.SortStableFunc(due, func(a, b expired) int {
-		return cmp.Compare(first[a.partition], first[b.partition])
+	// Every partition is locked once per pass, and two entries of one
+	// record are adjacent.
+	slices.SortFunc(entries, func(a, b due) int {
+		return cmp.Or(strings.Compare(a.partition, b.partition), strings.Compare(a.key, b.key))
 	})
+	return entries, nil
 }
 
-// sweepPartition deletes the expired records among due, all of one
-// partition, under the partition's lock.
-func (s *Store) sweepPartition(now int64, due []expired) (int, error) {
-	p := s.pin(due[0].partition)
+// sweepPartition deletes the entries among due, all of one partition, and
+// the expired records they name, under the partition's lock.
+func (s *Store) sweepPartition(now int64, entries []due) (int, error) {
+	p := s.pin(entries[0].partition)
 	defer s.unpinShell(p)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -149,21 +136,22 @@ func (s *Store) sweepPartition(now int64, due []expired) (int, error) {
 	pb := s.db.NewBatch()
 	defer func() { _ = pb.Close() }()
 	var gone []string
-	var xk []byte
-	for i := range due {
-		e := &due[i]
+	for i := range entries {
+		e := &entries[i]
+		_ = pb.Delete(e.xk, nil)
+		if i > 0 && e.key == entries[i-1].key {
+			continue // another entry of the same record
+		}
 		rec, ok, err := s.current(p, loaded, e)
 		if err != nil {
 			return 0, err
 		}
-		xk = appendExpiryKey(xk[:0], e.at, e.rk)
-		_ = pb.Delete(xk, nil)
-		if ok && rec.ExpireAt == e.at && !rec.Live(now) {
+		// A live record was renewed into a later bucket, where its current
+		// entry is: only this one, stale, goes.
+		if ok && !rec.Live(now) {
 			_ = pb.Delete(e.rk, nil)
 			gone = append(gone, e.key)
 		}
-		// Otherwise the entry is stale (the record was renewed or deleted
-		// since, and its current entry is elsewhere): drop only the entry.
 	}
 	// A lost sweep is redone by a later pass: no need to wait for an fsync.
 	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
@@ -179,7 +167,7 @@ func (s *Store) sweepPartition(now int64, due []expired) (int, error) {
 
 // current returns the record e names as it stands now: from memory if the
 // partition is loaded, from disk otherwise.
-func (s *Store) current(p *partition, loaded bool, e *expired) (engine.Record, bool, error) {
+func (s *Store) current(p *partition, loaded bool, e *due) (engine.Record, bool, error) {
 	if loaded {
 		rec, ok := p.recs.get(e.key)
 		return rec, ok, nil

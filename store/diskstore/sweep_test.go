@@ -3,6 +3,7 @@ package diskstore
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -53,7 +54,8 @@ func TestSweepIsBoundedPerPass(t *testing.T) {
 				}
 			}
 
-			clock.Advance(2 * time.Second)
+			// The one-second records' bucket ends a minute after t0.
+			clock.Advance(time.Minute)
 			now := engine.UnixMilli(clock)
 			var passes []int
 			for range 5 {
@@ -69,8 +71,8 @@ func TestSweepIsBoundedPerPass(t *testing.T) {
 			if got := countKeys(t, s, []byte{nsRecord}); got != parts {
 				t.Errorf("%d record rows left, want %d (the live ones)", got, parts)
 			}
-			if got := countKeys(t, s, []byte{nsExpiry}); got != parts {
-				t.Errorf("%d expiry entries left, want %d", got, parts)
+			if got := countKeys(t, s, []byte{nsIndex}); got != parts {
+				t.Errorf("%d expiry index entries left, want %d", got, parts)
 			}
 			if evicted {
 				if n := s.Resident(); n != 0 {
@@ -147,47 +149,165 @@ func TestSweepEmptiesIdlePartition(t *testing.T) {
 	if n := countKeys(t, s, prefix); n != 0 {
 		t.Errorf("%d record rows of the idle partition left on disk", n)
 	}
-	if n := countKeys(t, s, []byte{nsExpiry}); n != 0 {
+	if n := countKeys(t, s, []byte{nsIndex}); n != 0 {
 		t.Errorf("%d expiry index entries left on disk", n)
+	}
+	if n := countKeys(t, s, []byte{nsReplay}); n != 0 {
+		t.Errorf("%d replay records left on disk", n)
 	}
 }
 
-// TestSweepRechecksExpiry checks that the sweep deletes a record only if it
-// is still the one the index entry names, and still expired.
-func TestSweepRechecksExpiry(t *testing.T) {
-	clock := testclock.At(t0)
-	cfg := DefaultConfig()
-	cfg.Clock = clock
-	cfg.SweepInterval = time.Hour
-	s := openTest(t, cfg)
-
-	apply(t, s, "p", engine.Set("k", "v", 10_000))
-	apply(t, s, "p", engine.Expire("k", 3_600_000)) // renewed: the entry moves
-	if n := countKeys(t, s, []byte{nsExpiry}); n != 1 {
-		t.Fatalf("%d expiry entries after renewing, want exactly 1", n)
-	}
-	// A stale entry at the old expiry, as a crash between two versions of
-	// the layout might leave: the sweep must drop it and keep the record.
-	rk := appendRecordKey(nil, "p", "k")
-	if err := s.db.Set(appendExpiryKey(nil, t0+10_000, rk), nil, nil); err != nil {
-		t.Fatal(err)
-	}
-
-	clock.Advance(20 * time.Second)
+// TestSweepKeepsRenewedRecords checks that the sweep deletes a record only
+// once it has expired: a record renewed into a later bucket survives the
+// end of its first entry's bucket, and a record whose expiry was brought
+// forward into an earlier bucket goes when that bucket ends.
+func TestSweepKeepsRenewedRecords(t *testing.T) {
 	for _, evict := range []bool{false, true} {
-		if evict {
-			s.evictIdle(math.MaxInt64, math.MaxInt) // check against disk, not memory
+		t.Run(fmt.Sprintf("evicted=%v", evict), func(t *testing.T) {
+			clock := testclock.At(t0)
+			cfg := DefaultConfig()
+			cfg.Clock = clock
+			cfg.SweepInterval = time.Hour
+			s := openTest(t, cfg)
+
+			apply(t, s, "p", engine.Set("renewed", "v", 10_000), engine.Set("shortened", "v", 3_600_000))
+			apply(t, s, "p", engine.Expire("renewed", 3_600_000), engine.Expire("shortened", 10_000))
+			// Each record has its current entry and the one it left.
+			if n := countKeys(t, s, []byte{nsIndex}); n != 4 {
+				t.Fatalf("%d expiry index entries after moving two records, want 4", n)
+			}
+
+			// The first minute's bucket ends: "shortened" has expired,
+			// "renewed" lives on.
+			clock.Advance(time.Minute)
+			if evict {
+				s.evictIdle(math.MaxInt64, math.MaxInt) // check against disk, not memory
+			}
+			if n, err := s.sweep(engine.UnixMilli(clock)); err != nil || n != 1 {
+				t.Fatalf("sweep deleted %d records (err %v), want 1", n, err)
+			}
+			out := apply(t, s, "p", engine.Get("renewed"))
+			if !out.Results[0].Found {
+				t.Fatal("the sweep deleted a renewed record")
+			}
+			if n := countKeys(t, s, appendPartitionPrefix(nil, "p")); n != 1 {
+				t.Errorf("%d record rows left, want 1", n)
+			}
+			if n := countKeys(t, s, []byte{nsIndex}); n != 2 {
+				t.Errorf("%d expiry index entries left, want 2 (both in the hour's bucket)", n)
+			}
+
+			clock.Advance(time.Hour)
+			if n, err := s.sweep(engine.UnixMilli(clock)); err != nil || n != 1 {
+				t.Fatalf("sweep an hour later deleted %d records (err %v), want 1", n, err)
+			}
+			if n := countKeys(t, s, []byte{nsRecord}) + countKeys(t, s, []byte{nsIndex}); n != 0 {
+				t.Errorf("%d rows left", n)
+			}
+		})
+	}
+}
+
+// TestIndexEntriesFollowBuckets checks what a round writes to Pebble: a
+// record's row alone while its expiry stays in its bucket, an index entry
+// besides when the record is new or its expiry moves to another bucket, and
+// a replay record's row alone.
+func TestIndexEntriesFollowBuckets(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	s := openTest(t, cfg)
+	w := new(worker)
+	base := int64(t0 + 10_000) // in the bucket ending at t0 + 1m
+	rec := func(kind engine.RecordKind, expireAt int64) engine.Record {
+		return engine.Record{Kind: kind, ExpireAt: expireAt, Data: []byte("data")}
+	}
+	for _, tc := range []struct {
+		name  string
+		write engine.Write
+		want  []byte // the namespaces written, in order
+	}{
+		{"a new record", engine.Write{Key: "new", Rec: rec(engine.RecGCRA, base)}, []byte{nsRecord, nsIndex}},
+		{"expiry unchanged", engine.Write{Key: "w", Rec: rec(engine.RecGCRA, base)}, []byte{nsRecord}},
+		{"expiry later in the bucket", engine.Write{Key: "w", Rec: rec(engine.RecGCRA, t0+60_000)}, []byte{nsRecord}},
+		{"expiry earlier in the bucket", engine.Write{Key: "w", Rec: rec(engine.RecGCRA, t0+1)}, []byte{nsRecord}},
+		{"expiry in the next bucket", engine.Write{Key: "w", Rec: rec(engine.RecGCRA, t0+60_001)}, []byte{nsRecord, nsIndex}},
+		{"expiry in an earlier bucket", engine.Write{Key: "w", Rec: rec(engine.RecGCRA, t0)}, []byte{nsRecord, nsIndex}},
+		{"a deletion", engine.Write{Key: "w", Delete: true}, []byte{nsRecord}},
+		{"an absent record's deletion", engine.Write{Key: "new", Delete: true}, nil},
+		{"a replay record", engine.Write{Key: "\x00op\x00id\x000", Rec: rec(engine.RecReplay, t0+180_000)}, []byte{nsReplay}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &partition{name: "p"}
+			p.recs.set("w", rec(engine.RecGCRA, base))
+			pb := s.db.NewBatch()
+			defer pb.Close()
+			s.encode(w, pb, p, []engine.Write{tc.write})
+			var got []byte
+			for r := pb.Reader(); ; {
+				_, key, _, ok, err := r.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					break
+				}
+				got = append(got, key[0])
+			}
+			if string(got) != string(tc.want) {
+				t.Errorf("wrote rows in namespaces %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSweepIsInvisible runs one random workload, replay-safe requests
+// included, on a store swept after every batch and on one never swept:
+// every answer must be the same, so the sweep never deletes a live record.
+// Then every record expires, and the swept store must empty to nothing.
+func TestSweepIsInvisible(t *testing.T) {
+	clock := testclock.At(t0)
+	newStore := func() *Store {
+		cfg := DefaultConfig()
+		cfg.Clock = clock
+		cfg.Sync = SyncNever
+		cfg.SweepInterval = time.Hour // passes are run by hand
+		return openTest(t, cfg)
+	}
+	swept, kept := newStore(), newStore()
+	w := &workload{rng: rand.New(rand.NewPCG(3, 4)), clock: clock}
+	sweeps := 0
+	for i := range 3000 {
+		w.compare(t, i, swept, kept)
+		if i%7 == 0 {
+			swept.evictIdle(math.MaxInt64, math.MaxInt) // the sweep reads from disk too
 		}
-		n, err := s.sweep(engine.UnixMilli(clock))
-		if err != nil || n != 0 {
-			t.Fatalf("sweep deleted %d records (err %v), want 0", n, err)
+		n, err := swept.sweep(engine.UnixMilli(clock))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if out := apply(t, s, "p", engine.Get("k")); !out.Results[0].Found {
-			t.Fatal("the sweep deleted a renewed record")
+		sweeps += n
+		clock.Advance(time.Duration(w.rng.IntN(2000)) * time.Millisecond)
+	}
+	if sweeps == 0 {
+		t.Fatal("the sweep deleted nothing: the workload does not exercise it")
+	}
+	clock.Advance(24 * time.Hour)
+	for pass := 0; ; pass++ {
+		n, err := swept.sweep(engine.UnixMilli(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if pass == 100 {
+			t.Fatal("the sweep does not converge")
 		}
 	}
-	if n := countKeys(t, s, []byte{nsExpiry}); n != 1 {
-		t.Errorf("%d expiry entries left, want 1 (the stale one dropped)", n)
+	for _, ns := range []byte{nsRecord, nsIndex, nsReplay} {
+		if n := countKeys(t, swept, []byte{ns}); n != 0 {
+			t.Errorf("%d rows left in namespace %q a day after the last batch", n, ns)
+		}
 	}
 }
 
@@ -211,7 +331,7 @@ func TestBackgroundLoop(t *testing.T) {
 		fillExpiring(t, s, 3, 20)
 		apply(t, s, "busy", engine.Set("k", "v", 3_600_000))
 
-		clock.Advance(2 * time.Second)
+		clock.Advance(time.Minute) // the one-second records' bucket ends
 		time.Sleep(cfg.SweepInterval + time.Millisecond)
 		synctest.Wait()
 		if n := countKeys(t, s, []byte{nsRecord}); n != 4 {

@@ -1,0 +1,151 @@
+package diskstore
+
+import (
+	"bytes"
+	"errors"
+	"hash/maphash"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Replay records are written to disk in the bucket of their expiry and
+// deleted a bucket at a time (see layout.go); in memory a partition keeps
+// only their fingerprints.
+
+// replaySet holds fingerprints of one partition's replay records (64-bit
+// hashes of their keys, with the store's seed), grouped by the bucket of
+// their expiry (see layout.go); the records themselves stay on disk. A
+// step with an operation id looks its replay key up here: a fresh id,
+// nearly always, is absent from every bucket and costs a few map lookups; a
+// retried one is read from Pebble in the bucket holding its fingerprint. A
+// bucket is dropped whole once it has ended, so forgetting a hot
+// partition's expired records costs nothing per record. While the clock
+// moves forward there are at most engine.ReplayTTL/bucketMs + 1 buckets.
+type replaySet struct {
+	buckets []replayBucket // in increasing bucket order
+}
+
+type replayBucket struct {
+	b   int64
+	fps map[uint64]struct{}
+}
+
+// add records fingerprint fp in bucket b.
+func (r *replaySet) add(fp uint64, b int64) {
+	i := len(r.buckets)
+	for i > 0 && r.buckets[i-1].b >= b {
+		i--
+	}
+	if i == len(r.buckets) || r.buckets[i].b != b {
+		r.buckets = slices.Insert(r.buckets, i, replayBucket{b: b, fps: make(map[uint64]struct{})})
+	}
+	r.buckets[i].fps[fp] = struct{}{}
+}
+
+// trim drops every bucket that has ended at now: all its records have
+// expired.
+func (r *replaySet) trim(now int64) {
+	last := lastEnded(now)
+	n := 0
+	for n < len(r.buckets) && r.buckets[n].b <= last {
+		n++
+	}
+	if n > 0 {
+		r.buckets = slices.Delete(r.buckets, 0, n)
+	}
+}
+
+// addReplay records the fingerprint of a replay record written in bucket
+// b.
+func (p *partition) addReplay(fp uint64, b int64) {
+	if p.replays == nil {
+		p.replays = new(replaySet)
+	}
+	p.replays.add(fp, b)
+}
+
+// replay returns the replay record at key of p, reading Pebble in each
+// bucket whose fingerprints hold key's, newest first, until it is found: a
+// fingerprint shared by two keys costs a read, never a wrong answer. The
+// caller holds p.mu.
+func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
+	if p.replays == nil {
+		return engine.Record{}, false, nil
+	}
+	fp := maphash.String(s.seed, key)
+	for i := len(p.replays.buckets) - 1; i >= 0; i-- {
+		bk := &p.replays.buckets[i]
+		if _, ok := bk.fps[fp]; !ok {
+			continue
+		}
+		v, closer, err := s.db.Get(appendReplayKey(nil, bk.b, p.name, key))
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return engine.Record{}, false, unavailable(err)
+		}
+		rec, err := decodeValue(v)
+		rec.Data = bytes.Clone(rec.Data) // v dies with closer
+		_ = closer.Close()
+		return rec, err == nil, err
+	}
+	return engine.Record{}, false, nil
+}
+
+// loadReplays reads the keys of p's replay records from every bucket that
+// has not ended at now, in bucket order, skipping from each bucket's rows of p to
+// the next bucket's. There are at most engine.ReplayTTL/bucketMs + 1 such
+// buckets while the clock moves forward.
+func (s *Store) loadReplays(p *partition, now int64) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(lastEnded(now) + 1), UpperBound: []byte{nsReplay + 1}})
+	if err != nil {
+		return unavailable(err)
+	}
+	var replays replaySet
+	var seek []byte
+	for b := lastEnded(now) + 1; ; {
+		seek = appendReplayPrefix(seek[:0], b, p.name)
+		ok := iter.SeekGE(seek)
+		for ; ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
+			replays.add(maphash.Bytes(s.seed, iter.Key()[len(seek):]), b)
+		}
+		if !ok {
+			break
+		}
+		// The iterator is past p's rows of bucket b: in b, or in a later
+		// bucket.
+		next, _, _, err := parseReplayKey(iter.Key())
+		if err != nil {
+			_ = iter.Close()
+			return err
+		}
+		b = max(next, b+1)
+	}
+	if err := iter.Close(); err != nil {
+		return unavailable(err)
+	}
+	if len(replays.buckets) > 0 {
+		p.replays = &replays
+	}
+	return nil
+}
+
+// sweepReplays deletes every replay record in a bucket that has ended at
+// now, with one range deletion when another bucket has ended since the last
+// pass. Pebble drops the rows in its compactions.
+func (s *Store) sweepReplays(now int64) error {
+	first := lastEnded(now) + 1 // the first bucket not ended
+	if first <= s.replaysCleared.Load() {
+		return nil
+	}
+	// A lost deletion is redone by the next pass after a restart.
+	if err := s.db.DeleteRange([]byte{nsReplay}, replayBound(first), pebble.NoSync); err != nil {
+		return unavailable(err)
+	}
+	s.replaysCleared.Store(first)
+	return nil
+}
