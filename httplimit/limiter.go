@@ -30,7 +30,8 @@ type Limiter struct {
 	resolver *clientip.Resolver         // the default key; nil when key is set
 	key      func(*http.Request) string // Config.Key, or nil
 	policy   Policy
-	static   *compiled // the quota of every request when policy is nil
+	cpolicy  compiledPolicy // policy, when it keeps its quotas compiled
+	static   *compiled      // the quota of every request when policy is nil
 	headers  Headers
 	onError  func(http.ResponseWriter, *http.Request, error)
 	log      *slog.Logger
@@ -87,6 +88,7 @@ func New(cfg Config) (*Limiter, error) {
 		l.store = mem
 	}
 	l.compiled = make(map[Quota]*compiled)
+	l.cpolicy, _ = l.policy.(compiledPolicy)
 	l.names = newNames()
 	if l.policy == nil {
 		c, err := compile(cfg.Quota)
@@ -156,7 +158,12 @@ type decision struct {
 // check counts r against its quota.
 func (l *Limiter) check(r *http.Request, sc *scratch) (decision, error) {
 	q := l.static
-	if q == nil {
+	if q == nil && l.cpolicy != nil {
+		var err error
+		if q, err = l.cpolicy.compiledQuota(r); err != nil {
+			return decision{}, fmt.Errorf("httplimit: %w", err)
+		}
+	} else if q == nil {
 		quota, err := l.policy.Quota(r)
 		if err != nil {
 			return decision{}, fmt.Errorf("httplimit: policy: %w", err)
