@@ -184,8 +184,8 @@ func (l *Limiter) check(r *http.Request, sc *scratch) (decision, error) {
 	// digits, is always a valid partition name (TestCompiledBatchesAreValid).
 	partition, ok := l.names.get(sc.msg[sc.seed:])
 	if !ok {
-		partition = sc.partition(l.prefix)
-		l.names.put(sc.msg[sc.seed:], partition)
+		var buf [maxPartitionLen]byte
+		partition = l.names.add(sc.msg[sc.seed:], sc.appendPartition(buf[:0], l.prefix))
 	}
 	sc.batch = engine.Batch{Partition: partition, Commands: q.cmds}
 	err := l.store.Apply(r.Context(), &sc.batch, &sc.out)
@@ -325,19 +325,19 @@ type scratch struct {
 	out   engine.StepResult
 }
 
-// partition returns the partition of the client key in sc.msg.
-func (sc *scratch) partition(prefix string) string {
+// appendPartition appends the partition name of the client key in sc.msg
+// to dst.
+func (sc *scratch) appendPartition(dst []byte, prefix string) []byte {
 	sc.mac.Reset()
 	sc.mac.Write(sc.msg)
 	sc.mac.Sum(sc.sum[:0])
-	// The name is built in a buffer on the stack and copied once, into
-	// the string.
-	var buf [MaxPrefixLen + 1 + 2*hashBytes]byte
-	b := append(buf[:0], prefix...)
-	b = append(b, ':')
-	b = hex.AppendEncode(b, sc.sum[:hashBytes])
-	return string(b)
+	dst = append(dst, prefix...)
+	dst = append(dst, ':')
+	return hex.AppendEncode(dst, sc.sum[:hashBytes])
 }
+
+// maxPartitionLen is the longest partition name of a stage.
+const maxPartitionLen = MaxPrefixLen + 1 + 2*hashBytes
 
 // release returns sc to pool, unless a huge custom key grew its buffer:
 // that one is left to the collector.

@@ -60,12 +60,16 @@ func (n *names) get(key []byte) (string, bool) {
 	return p, ok
 }
 
-// put remembers partition as the name of key, forgetting another key if
-// the shard is full.
-func (n *names) put(key []byte, partition string) {
+// add remembers name as the partition name of key and returns it. The key
+// and the name are kept in one string, so that remembering them costs one
+// allocation and a lookup reads them from the same memory.
+func (n *names) add(key, name []byte) string {
 	if len(key) > maxNamedKey {
-		return
+		return string(name)
 	}
+	var buf [maxNamedKey + maxPartitionLen]byte
+	both := string(append(append(buf[:0], key...), name...))
+	k, partition := both[:len(key)], both[len(key):]
 	sh := n.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -75,5 +79,6 @@ func (n *names) put(key []byte, partition string) {
 			break
 		}
 	}
-	sh.m[string(key)] = partition
+	sh.m[k] = partition
+	return partition
 }

@@ -14,7 +14,9 @@ func TestNamesAreBounded(t *testing.T) {
 	const clients = 20 * namesShards * namesPerShard
 	for i := range clients {
 		key := []byte("10.0." + strconv.Itoa(i))
-		n.put(key, "p:"+string(key))
+		if p := n.add(key, []byte("p:"+string(key))); p != "p:"+string(key) {
+			t.Fatalf("add(%s) = %q", key, p)
+		}
 		if p, ok := n.get(key); !ok || p != "p:"+string(key) {
 			t.Fatalf("get(%s) = %q, %v just after put", key, p, ok)
 		}
@@ -30,7 +32,9 @@ func TestNamesAreBounded(t *testing.T) {
 		t.Fatalf("%d names held after %d clients: the memo hardly remembers", held, clients)
 	}
 	long := []byte(strings.Repeat("k", maxNamedKey+1))
-	n.put(long, "p:long")
+	if p := n.add(long, []byte("p:long")); p != "p:long" {
+		t.Fatalf("add of a long key = %q", p)
+	}
 	if _, ok := n.get(long); ok {
 		t.Fatal("a key over maxNamedKey was remembered")
 	}
