@@ -6,31 +6,43 @@ import (
 	"testing"
 )
 
-// The memo of partition names never holds more than its bound, whatever
-// the number of clients, keeps no key longer than maxNamedKey, and answers
-// what it was told.
-func TestNamesAreBounded(t *testing.T) {
+// The memo of partition names answers what it was told, keeps a name in
+// use through a flood of new clients, holds at most its bound whatever the
+// number of clients, and keeps no key longer than maxNamedKey.
+func TestNames(t *testing.T) {
 	n := newNames()
-	const clients = 20 * namesShards * namesPerShard
+	key := func(i int) []byte { return []byte("10.0." + strconv.Itoa(i)) }
+	name := func(k []byte) []byte { return []byte("p:" + string(k)) }
+	hot := []byte("192.0.2.1")
+	n.add(hot, name(hot))
+
+	const clients = 40 * namesShards * namesPerGen
 	for i := range clients {
-		key := []byte("10.0." + strconv.Itoa(i))
-		if p := n.add(key, []byte("p:"+string(key))); p != "p:"+string(key) {
-			t.Fatalf("add(%s) = %q", key, p)
+		k := key(i)
+		if p := n.add(k, name(k)); p != string(name(k)) {
+			t.Fatalf("add(%s) = %q", k, p)
 		}
-		if p, ok := n.get(key); !ok || p != "p:"+string(key) {
-			t.Fatalf("get(%s) = %q, %v just after put", key, p, ok)
+		if p, ok := n.get(k); !ok || p != string(name(k)) {
+			t.Fatalf("get(%s) = %q, %v just after add", k, p, ok)
+		}
+		if i%64 == 0 {
+			if p, ok := n.get(hot); !ok || p != string(name(hot)) {
+				t.Fatalf("after %d new clients, the client in use is forgotten: %q, %v", i, p, ok)
+			}
 		}
 	}
 	held := 0
 	for i := range n.shards {
-		if l := len(n.shards[i].m); l > namesPerShard {
-			t.Fatalf("shard %d holds %d names, bound %d", i, l, namesPerShard)
+		sh := &n.shards[i]
+		if l := len(sh.cur) + len(sh.old); l > 2*namesPerGen {
+			t.Fatalf("shard %d holds %d names, bound %d", i, l, 2*namesPerGen)
 		}
-		held += len(n.shards[i].m)
+		held += len(sh.cur) + len(sh.old)
 	}
-	if held < namesShards*namesPerShard/2 {
+	if held < namesShards*namesPerGen {
 		t.Fatalf("%d names held after %d clients: the memo hardly remembers", held, clients)
 	}
+
 	long := []byte(strings.Repeat("k", maxNamedKey+1))
 	if p := n.add(long, []byte("p:long")); p != "p:long" {
 		t.Fatalf("add of a long key = %q", p)
