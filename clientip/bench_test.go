@@ -80,3 +80,19 @@ func BenchmarkCanonical(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendKey is Key into a reused buffer, as a caller hashing the
+// bucket uses it.
+func BenchmarkAppendKey(b *testing.B) {
+	for _, bm := range benchRequests {
+		b.Run(bm.name, func(b *testing.B) {
+			r := newResolver(b, bm.trusted, 64)
+			req := request(bm.remote, bm.xff)
+			var buf []byte
+			b.ReportAllocs()
+			for b.Loop() {
+				buf = r.AppendKey(buf[:0], req)
+			}
+		})
+	}
+}

@@ -24,28 +24,35 @@ const Unknown = "unknown"
 // address, or one IPv6 prefix within one zone, so different buckets never
 // collide, and a valid address never falls into Unknown.
 func Canonical(addr netip.Addr, ipv6Prefix int) string {
+	// One allocation, for the result: the bucket is built in a buffer on
+	// the stack (the longest, a zoned IPv6 prefix, fits unless its zone is
+	// unusually long).
+	var buf [64]byte
+	return string(AppendCanonical(buf[:0], addr, ipv6Prefix))
+}
+
+// AppendCanonical appends the bucket of addr, as Canonical returns it, to
+// dst and returns the extended buffer. It allocates only to grow dst.
+func AppendCanonical(dst []byte, addr netip.Addr, ipv6Prefix int) []byte {
 	if !addr.IsValid() {
-		return Unknown
+		return append(dst, Unknown...)
 	}
 	// Unmapping first keeps every mapped IPv4 client in its own bucket
 	// rather than masking it into an IPv6 prefix shared with others.
 	addr = addr.Unmap()
 	if addr.Is4() {
-		return addr.String()
+		return addr.AppendTo(dst)
 	}
 	bits := min(max(ipv6Prefix, 0), 128)
 	zone := addr.Zone()
 	masked := netip.PrefixFrom(addr.WithZone(""), bits).Masked().Addr()
-	// One allocation, for the result: the masked address, its zone and the
-	// length are appended to a buffer on the stack. (Appending the zone
-	// here rather than through WithZone spares interning it.)
-	var buf [64]byte
-	b := masked.AppendTo(buf[:0])
+	// The zone is appended here rather than through WithZone, which would
+	// intern it.
+	dst = masked.AppendTo(dst)
 	if zone != "" {
-		b = append(b, '%')
-		b = append(b, zone...)
+		dst = append(dst, '%')
+		dst = append(dst, zone...)
 	}
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(bits), 10)
-	return string(b)
+	dst = append(dst, '/')
+	return strconv.AppendInt(dst, int64(bits), 10)
 }

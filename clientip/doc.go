@@ -5,8 +5,9 @@ into a quota bucket that a client cannot choose for itself.
 Build one [Resolver] per policy with [New] and call [Resolver.Key] for the
 bucket of a request, or [Resolver.Addr] for the address behind it. A
 Resolver is safe for concurrent use and allocates nothing to resolve the
-address of a well-formed request; [Canonical] turns any address into a
-bucket without a request.
+address of a well-formed request; [Resolver.AppendKey] writes the bucket
+into a buffer of the caller's, allocating nothing either. [Canonical]
+turns any address into a bucket without a request.
 
 # The socket peer by default
 

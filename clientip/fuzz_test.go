@@ -93,6 +93,9 @@ func FuzzCanonical(f *testing.F) {
 			t.Fatalf("Canonical(%q, %d) = %q, reference %q", s, bits, got, want)
 		}
 		checkKey(t, got, addr, bits)
+		if app := clientip.AppendCanonical([]byte("x:"), addr, bits); string(app) != "x:"+got {
+			t.Fatalf("AppendCanonical(x:, %q, %d) = %q, Canonical %q", s, bits, app, got)
+		}
 		// Spelling never matters: the uppercase form is the same address,
 		// except for a zone, which is case-sensitive.
 		if addr.Zone() == "" {
@@ -225,6 +228,9 @@ func FuzzResolve(f *testing.F) {
 		got := r.Key(req)
 		if want := refResolve(remote, lines, trust, bits); got != want {
 			t.Fatalf("Key(%q, XFF %q) = %q, reference %q", remote, lines, got, want)
+		}
+		if app := r.AppendKey([]byte("x:"), req); string(app) != "x:"+got {
+			t.Fatalf("AppendKey(x:, %q, XFF %q) = %q, Key %q", remote, lines, app, got)
 		}
 		addr, ok := r.Addr(req)
 		if !ok {

@@ -77,6 +77,17 @@ func (r *Resolver) Key(req *http.Request) string {
 	return Canonical(addr, r.prefix)
 }
 
+// AppendKey appends the client's bucket, as Key returns it, to dst and
+// returns the extended buffer: the allocation-free form of Key, for a
+// caller that hashes or copies the bucket anyway.
+func (r *Resolver) AppendKey(dst []byte, req *http.Request) []byte {
+	addr, ok := r.Addr(req)
+	if !ok {
+		return append(dst, Unknown...)
+	}
+	return AppendCanonical(dst, addr, r.prefix)
+}
+
 // warnMissingPeer logs, once per Resolver, that a request had no usable
 // socket peer. The value itself is never logged.
 func (r *Resolver) warnMissingPeer(req *http.Request) {

@@ -66,6 +66,7 @@ type Config struct {
 
 	// Policy, if set, chooses the quota of each selected request instead of
 	// Quota: per tenant, per plan, or from a configuration held elsewhere.
+	// Policies.Policy gives the quota an operator keeps in the store.
 	Policy Policy
 
 	// Store holds the counters. Every process sharing a quota must share
@@ -247,7 +248,8 @@ func (q Quota) name() string {
 
 // Policy chooses the quota of each selected request. Use it when the limit
 // depends on the request (a tenant's plan, an API key's tier) or is
-// configured outside the code; a fixed limit needs only Config.Quota.
+// configured outside the code (Policies keeps quotas in the store); a fixed
+// limit needs only Config.Quota.
 //
 // Quota is called once per selected request, before the store is, and
 // must be safe for concurrent use. Differently named quotas are counted

@@ -43,11 +43,19 @@ rotating through its network's addresses draws one quota. Requests with no
 usable peer share the clientip.Unknown bucket. [Config.Key] replaces the
 address with any identity (an API key, a user id), used verbatim.
 
-Keys never reach the store raw. A partition is the prefix, a colon and the
-first 128 bits, in hex, of an HMAC-SHA256 of the prefix and the key, keyed
-with [Config.Pepper]. Set a pepper wherever the store outlives the process
-or others can read it: an unkeyed hash of an IPv4 address is reversed by
-trying them all.
+Keys never reach the store raw, whatever the store. A partition is the
+prefix, a colon and the first 128 bits, in hex, of an HMAC-SHA256 of the
+prefix and the key, keyed with [Config.Pepper], computed in the stage
+before any store sees the request. Set a pepper wherever the store
+outlives the process or others can read it (the embedded store, Redis): an
+unkeyed hash of an IPv4 address is reversed by trying them all. Through
+the client package the name is hashed once more, with the fleet's pepper,
+before it leaves the process, so a Sluice server never sees even the
+stage's hash. The names depend on nothing but the prefix, the pepper and
+the key: every process of a fleet, and every release, names a client's
+quota alike. A stage remembers the names of up to 4,096 recent keys in
+its own memory, so that a client's requests after its first skip the
+hash.
 
 # Quotas
 
@@ -61,6 +69,30 @@ of instances needs no clock synchronisation.
 
 A [Policy] chooses each request's quota instead of [Config.Quota], for
 limits that depend on the request or live outside the code.
+
+# Limits configured in the store
+
+[Policies] keeps named quotas in a store, so that operators change route
+limits without a deploy. [Policies.Set] writes one; a stage whose
+[Config.Policy] is [Policies.Policy] enforces it, and enforces a change
+within [PoliciesConfig.Refresh] (10 s by default) in every process sharing
+the store, with no restart:
+
+	pols, err := httplimit.NewPolicies(httplimit.PoliciesConfig{Store: store})
+	login, err := pols.Policy("login")
+	cfg.Policy = login
+
+	pols.Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}) // from anywhere
+
+The routes stay in the code, beside the handlers they protect; the limits
+move to the store. A stage reads its policy on the first request after the
+previous read expired, one read at a time: nothing runs while no request
+comes. A missing policy, or one that cannot be read, never lets the route
+run: the request goes to [Config.OnError] (503 by default), unless the
+policy has a fallback quota ([WithFallback]). The records live in the
+partition [PolicyPartition], under the keys [PolicyKeyPrefix] and
+[PolicyIndexPrefix] describe; over a Sluice server they are written and read
+through the client package like any other record.
 
 # Answers
 

@@ -64,19 +64,36 @@ var (
 	keyXLimit     = http.CanonicalHeaderKey(FieldXLimit)
 	keyXRemaining = http.CanonicalHeaderKey(FieldXRemaining)
 	keyXReset     = http.CanonicalHeaderKey(FieldXReset)
+
+	keyRetryAfter   = http.CanonicalHeaderKey("Retry-After")
+	keyContentType  = http.CanonicalHeaderKey("Content-Type")
+	keyCacheControl = http.CanonicalHeaderKey("Cache-Control")
 )
 
-// writeFields sets the fields selected by l.headers from d.
+// writeFields sets the fields selected by l.headers from d. The values of
+// every field share one slice, so that a response pays one allocation for
+// them rather than one per field, as net/http does when it reads a header.
 func (l *Limiter) writeFields(h http.Header, d *decision) {
+	n := 0
 	if l.headers&HeadersIETF != 0 {
-		h[keyPolicy] = []string{d.q.policy}
-		var buf [maxRateLimitField]byte
-		h[keyRateLimit] = []string{string(rateLimitField(buf[:0], d.q.item, d.remaining, seconds(d.resetIn)))}
+		n += 2
 	}
 	if l.headers&HeadersX != 0 {
-		h[keyXLimit] = []string{d.q.limit}
-		h[keyXRemaining] = []string{strconv.FormatInt(d.remaining, 10)}
-		h[keyXReset] = []string{strconv.FormatInt(seconds(d.resetAt), 10)}
+		n += 3
+	}
+	if n == 0 {
+		return
+	}
+	vv := make([]string, 0, n)
+	if l.headers&HeadersIETF != 0 {
+		var buf [maxRateLimitField]byte
+		vv = append(vv, d.q.policy, string(rateLimitField(buf[:0], d.q.item, d.remaining, seconds(d.resetIn))))
+		h[keyPolicy], h[keyRateLimit] = vv[0:1:1], vv[1:2:2]
+		vv = vv[2:]
+	}
+	if l.headers&HeadersX != 0 {
+		vv = append(vv, d.q.limit, strconv.FormatInt(d.remaining, 10), strconv.FormatInt(seconds(d.resetAt), 10))
+		h[keyXLimit], h[keyXRemaining], h[keyXReset] = vv[0:1:1], vv[1:2:2], vv[2:3:3]
 	}
 }
 
@@ -84,10 +101,9 @@ func (l *Limiter) writeFields(h http.Header, d *decision) {
 // seconds, rounded up and at least 1, so that a client retrying exactly
 // then is admitted and never retries in a busy loop.
 func writeRejection(w http.ResponseWriter, retryAfterMs int64) {
+	vv := []string{strconv.FormatInt(max(1, seconds(retryAfterMs)), 10), "application/json", "no-store"}
 	h := w.Header()
-	h.Set("Retry-After", strconv.FormatInt(max(1, seconds(retryAfterMs)), 10))
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
+	h[keyRetryAfter], h[keyContentType], h[keyCacheControl] = vv[0:1:1], vv[1:2:2], vv[2:3:3]
 	w.WriteHeader(http.StatusTooManyRequests)
 	io.WriteString(w, RejectionBody)
 }

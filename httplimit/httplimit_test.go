@@ -352,6 +352,35 @@ func TestKeysAreHashedUnderThePrefix(t *testing.T) {
 	}
 }
 
+// Partition names are a stable function of the prefix, the pepper and the
+// client's bucket: every process of a fleet, and every release, names a
+// client's quota alike, so a rolling upgrade neither splits nor resets it.
+// The names are pinned; a change to them is a breaking change of the
+// stored layout.
+func TestPartitionNamesAreStable(t *testing.T) {
+	const pepper = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct{ prefix, pepper, remote, want string }{
+		{"login", pepper, "203.0.113.77:5000", "login:a00083643a9a80832e0ba52925a126a0"},
+		{"login", "", "203.0.113.77:5000", "login:b17dbd1ba210e010d4409c7496db2e4a"},
+		{"api", pepper, "[2001:db8:1:2:aaaa::5]:443", "api:f22797fa1225544ca64e727966d4560c"},
+	} {
+		mem, _ := newMem(t, 100)
+		store := &countingStore{Store: mem}
+		cfg := config(store, 10, "/q")
+		cfg.Prefix, cfg.Pepper = tc.prefix, tc.pepper
+		h, _ := stage(t, cfg)
+		for range 2 { // the second request may take another path to its name
+			serve(h, http.MethodGet, "/q", tc.remote)
+		}
+		names := store.partitions()
+		for _, i := range []int{0, len(names) / 2} {
+			if names[i] != tc.want {
+				t.Errorf("%s, pepper %q, %s: partition %q, want %q", tc.prefix, tc.pepper, tc.remote, names[i], tc.want)
+			}
+		}
+	}
+}
+
 // A custom key replaces the address; it is hashed too.
 func TestCustomKey(t *testing.T) {
 	mem, _ := newMem(t, 100)
@@ -580,5 +609,45 @@ func TestMissingPeerSharesOneQuota(t *testing.T) {
 	}
 	if code := serve(h, http.MethodPost, "/login", "not an address").Code; code != http.StatusTooManyRequests {
 		t.Fatalf("second request without a peer answered %d, want 429", code)
+	}
+}
+
+// validatingStore fails every batch that Batch.Validate rejects, as
+// Engine.Apply would have refused to send it.
+type validatingStore struct{ engine.Store }
+
+func (s validatingStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if err := b.Validate(); err != nil {
+		return fmt.Errorf("the stage sent an invalid batch: %w", err)
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+// The stage hands its batches to the store directly, without Engine.Apply's
+// validation of every request: they must be valid by construction, for the
+// longest prefix and quota name, every kind of window, and any key.
+func TestCompiledBatchesAreValid(t *testing.T) {
+	longPrefix := strings.Repeat("é", httplimit.MaxPrefixLen/2) // 256 bytes
+	longName := strings.Repeat(`"`, httplimit.MaxQuotaNameLen)
+	for _, kind := range []algo.Kind{algo.KindFixed, algo.KindSliding, algo.KindLog, algo.KindGCRA} {
+		for _, prefix := range []string{"p", longPrefix} {
+			mem, _ := newMem(t, 100)
+			cfg := config(validatingStore{mem}, 3, "/*")
+			cfg.Prefix = prefix
+			cfg.Quota.Name, cfg.Quota.Kind = longName, kind
+			var failure error
+			cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) { failure = err }
+			h, _ := stage(t, cfg)
+			for _, remote := range []string{"192.0.2.1:1", "[2001:db8::1]:1", ""} {
+				serve(h, http.MethodGet, "/", remote)
+			}
+			keyed := cfg
+			keyed.Key = func(r *http.Request) string { return strings.Repeat("\xff", 10_000) }
+			h, _ = stage(t, keyed)
+			serve(h, http.MethodGet, "/", "192.0.2.1:1")
+			if failure != nil {
+				t.Fatalf("kind %v, prefix of %d bytes: %v", kind, len(prefix), failure)
+			}
+		}
 	}
 }

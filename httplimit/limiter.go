@@ -10,8 +10,8 @@ import (
 	"hash"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -24,18 +24,20 @@ import (
 // A Limiter is safe for concurrent use, and holds no goroutines or timers:
 // it needs no closing (close a Store you passed in yourself).
 type Limiter struct {
-	routes  routes
-	prefix  string
-	eng     *engine.Engine
-	key     func(*http.Request) string
-	policy  Policy
-	static  *compiled // the quota of every request when policy is nil
-	headers Headers
-	onError func(http.ResponseWriter, *http.Request, error)
-	log     *slog.Logger
+	routes   routes
+	prefix   string
+	store    engine.Store
+	resolver *clientip.Resolver         // the default key; nil when key is set
+	key      func(*http.Request) string // Config.Key, or nil
+	policy   Policy
+	cpolicy  compiledPolicy // policy, when it keeps its quotas compiled
+	static   *compiled      // the quota of every request when policy is nil
+	headers  Headers
+	onError  func(http.ResponseWriter, *http.Request, error)
+	log      *slog.Logger
 
-	hashers sync.Pool // *hasher
-	results sync.Pool // *engine.StepResult
+	scratch sync.Pool // *scratch
+	names   *names    // partition names of recent client keys
 
 	mu       sync.RWMutex
 	compiled map[Quota]*compiled // the Policy's quotas seen so far, at most maxCompiled
@@ -73,20 +75,21 @@ func New(cfg Config) (*Limiter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: ClientIP: %w", ErrInvalidConfig, err)
 		}
-		l.key = res.Key
+		l.resolver = res
 	}
-	store := cfg.Store
-	if store == nil {
+	l.store = cfg.Store
+	if l.store == nil {
 		mcfg := memstore.DefaultConfig()
 		mcfg.MaxKeys = DefaultMaxKeys
 		mem, err := memstore.New(mcfg)
 		if err != nil {
 			return nil, err
 		}
-		store = mem
+		l.store = mem
 	}
-	l.eng = engine.New(store)
 	l.compiled = make(map[Quota]*compiled)
+	l.cpolicy, _ = l.policy.(compiledPolicy)
+	l.names = newNames()
 	if l.policy == nil {
 		c, err := compile(cfg.Quota)
 		if err != nil {
@@ -96,8 +99,9 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	pepper := []byte(cfg.Pepper)
 	seed := hashSeed(cfg.Prefix)
-	l.hashers.New = func() any { return &hasher{mac: hmac.New(sha256.New, pepper), seed: seed} }
-	l.results.New = func() any { return new(engine.StepResult) }
+	l.scratch.New = func() any {
+		return &scratch{mac: hmac.New(sha256.New, pepper), msg: slices.Clone(seed), seed: len(seed)}
+	}
 	return l, nil
 }
 
@@ -120,9 +124,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		out := l.results.Get().(*engine.StepResult)
-		d, err := l.check(r, out)
-		l.results.Put(out)
+		sc := l.scratch.Get().(*scratch)
+		d, err := l.check(r, sc)
+		sc.release(&l.scratch)
 		if err != nil {
 			l.failed(err)
 			l.onError(w, r, err)
@@ -152,9 +156,14 @@ type decision struct {
 }
 
 // check counts r against its quota.
-func (l *Limiter) check(r *http.Request, out *engine.StepResult) (decision, error) {
+func (l *Limiter) check(r *http.Request, sc *scratch) (decision, error) {
 	q := l.static
-	if q == nil {
+	if q == nil && l.cpolicy != nil {
+		var err error
+		if q, err = l.cpolicy.compiledQuota(r); err != nil {
+			return decision{}, fmt.Errorf("httplimit: %w", err)
+		}
+	} else if q == nil {
 		quota, err := l.policy.Quota(r)
 		if err != nil {
 			return decision{}, fmt.Errorf("httplimit: policy: %w", err)
@@ -163,10 +172,28 @@ func (l *Limiter) check(r *http.Request, out *engine.StepResult) (decision, erro
 			return decision{}, fmt.Errorf("httplimit: policy: %w", err)
 		}
 	}
-	partition := l.partition(l.key(r))
-	if err := l.eng.Apply(r.Context(), partition, out, q.cmds...); err != nil {
+	if l.resolver != nil {
+		sc.msg = l.resolver.AppendKey(sc.msg[:sc.seed], r)
+	} else {
+		sc.msg = append(sc.msg[:sc.seed], l.key(r)...)
+	}
+	// The batch is valid by construction, so the store is called directly
+	// rather than through engine.Engine, which would validate it again on
+	// every request: the commands were validated when the quota was
+	// compiled, and the partition, a valid prefix, a colon and 32 hex
+	// digits, is always a valid partition name (TestCompiledBatchesAreValid).
+	partition, ok := l.names.get(sc.msg[sc.seed:])
+	if !ok {
+		var buf [maxPartitionLen]byte
+		partition = l.names.add(sc.msg[sc.seed:], sc.appendPartition(buf[:0], l.prefix))
+	}
+	sc.batch = engine.Batch{Partition: partition, Commands: q.cmds}
+	err := l.store.Apply(r.Context(), &sc.batch, &sc.out)
+	sc.batch = engine.Batch{} // hold no reference to the request's data while pooled
+	if err != nil {
 		return decision{}, err
 	}
+	out := &sc.out
 	if len(out.Results) != len(q.cmds) {
 		return decision{}, fmt.Errorf("%w: httplimit: %d results for %d commands", engine.ErrCorrupt, len(out.Results), len(q.cmds))
 	}
@@ -249,6 +276,12 @@ func compile(q Quota) (*compiled, error) {
 		cmds:     []engine.Command{engine.Hit(1, win), engine.TTL(key)},
 		limit:    strconv.FormatInt(q.Limit, 10),
 	}
+	// Validated once here, as Engine.Apply would on every request; see
+	// Limiter.check.
+	step := engine.Step{Partition: "p", Commands: c.cmds}
+	if err := step.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: quota %q: %w", ErrInvalidConfig, q.Name, err)
+	}
 	var err error
 	if c.policy, err = policyField(q); err != nil {
 		return nil, fmt.Errorf("%w: quota %q: %w", ErrInvalidConfig, q.Name, err)
@@ -277,35 +310,45 @@ func hashSeed(prefix string) []byte {
 	return append(append(append([]byte(hashPurpose), 0), prefix...), 0)
 }
 
-// hasher is a pooled keyed hash with its scratch space. The sum lives
-// here rather than on the stack: Sum is called through an interface, so a
-// local array would escape to the heap on every request.
-type hasher struct {
-	mac  hash.Hash
-	seed []byte
-	buf  []byte
-	sum  [sha256.Size]byte
+// scratch is what one check needs besides the request: the keyed hash and
+// the message it hashes, the batch handed to the store and the store's
+// answer. A Limiter pools them, so that a check allocates only the
+// partition's name. The batch lives here rather than on the stack because
+// the store is called through an interface, which would move a local
+// Batch to the heap on every request; the sum, because the hash is.
+type scratch struct {
+	mac   hash.Hash // HMAC-SHA256 keyed with the pepper
+	msg   []byte    // the hashed message: the seed, then the client key
+	seed  int       // the length of the seed at the start of msg
+	sum   [sha256.Size]byte
+	batch engine.Batch
+	out   engine.StepResult
 }
 
-// partition returns the partition of key's quota.
-func (l *Limiter) partition(key string) string {
-	h := l.hashers.Get().(*hasher)
-	h.mac.Reset()
-	h.buf = append(append(h.buf[:0], h.seed...), key...)
-	h.mac.Write(h.buf)
-	h.mac.Sum(h.sum[:0])
-	var hexSum [2 * hashBytes]byte
-	hex.Encode(hexSum[:], h.sum[:hashBytes])
-	if cap(h.buf) <= 1024 {
-		l.hashers.Put(h) // a huge custom key's buffer is left to the GC
-	}
-	var b strings.Builder
-	b.Grow(len(l.prefix) + 1 + len(hexSum))
-	b.WriteString(l.prefix)
-	b.WriteByte(':')
-	b.Write(hexSum[:])
-	return b.String()
+// appendPartition appends the partition name of the client key in sc.msg
+// to dst.
+func (sc *scratch) appendPartition(dst []byte, prefix string) []byte {
+	sc.mac.Reset()
+	sc.mac.Write(sc.msg)
+	sc.mac.Sum(sc.sum[:0])
+	dst = append(dst, prefix...)
+	dst = append(dst, ':')
+	return hex.AppendEncode(dst, sc.sum[:hashBytes])
 }
+
+// maxPartitionLen is the longest partition name of a stage.
+const maxPartitionLen = MaxPrefixLen + 1 + 2*hashBytes
+
+// release returns sc to pool, unless a huge custom key grew its buffer:
+// that one is left to the collector.
+func (sc *scratch) release(pool *sync.Pool) {
+	if cap(sc.msg) <= maxPooledKey {
+		pool.Put(sc)
+	}
+}
+
+// maxPooledKey bounds the message buffer of a pooled scratch.
+const maxPooledKey = 1024
 
 // seconds rounds a delay in milliseconds up to whole seconds.
 func seconds(ms int64) int64 {

@@ -77,15 +77,26 @@ const (
 // clock and returns a client of it: the stage's store is then a remote
 // server reached over the signed RPC.
 func newServerStore(t *testing.T) engine.Store {
+	return newClient(t, startServer(t))
+}
+
+// startServer starts a Sluice server over a memory store on a controlled
+// clock and returns its URL.
+func startServer(t *testing.T) string {
 	mem, _ := newMem(t, 10_000)
 	scfg := server.DefaultConfig()
 	scfg.Secrets = []string{testSecret}
 	scfg.OperatorToken = testToken
 	srv := httptest.NewServer(server.New(engine.New(mem), scfg))
 	t.Cleanup(srv.Close)
+	return srv.URL
+}
 
+// newClient returns a client of the server at url: a process of the
+// fleet, with the fleet's secret and pepper.
+func newClient(t *testing.T, url string) engine.Store {
 	ccfg := client.DefaultConfig()
-	ccfg.URL = srv.URL
+	ccfg.URL = url
 	ccfg.Secret = testSecret
 	ccfg.Pepper = testPepper
 	// The longest timeout the client allows: thirty concurrent calls on a

@@ -1,0 +1,565 @@
+package httplimit_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/testclock"
+)
+
+// newPolicies returns the policies of store, refreshed every refresh by
+// clock.
+func newPolicies(t tb, store engine.Store, clock engine.Clock, refresh time.Duration) *httplimit.Policies {
+	t.Helper()
+	cfg := httplimit.DefaultPoliciesConfig()
+	cfg.Store, cfg.Clock, cfg.Refresh = store, clock, refresh
+	pols, err := httplimit.NewPolicies(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pols
+}
+
+// policyStage builds a stage on /login enforcing the stored policy name.
+func policyStage(t tb, store engine.Store, pols *httplimit.Policies, name string, opts ...httplimit.PolicyOption) (http.Handler, *atomic.Int64, *[]error) {
+	t.Helper()
+	pol, err := pols.Policy(name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config(store, 0, "/login")
+	cfg.Quota = httplimit.Quota{}
+	cfg.Policy = pol
+	var mu sync.Mutex
+	errs := new([]error)
+	cfg.OnError = func(w http.ResponseWriter, r *http.Request, err error) {
+		mu.Lock()
+		*errs = append(*errs, err)
+		mu.Unlock()
+		httplimit.WriteUnavailable(w, r, err)
+	}
+	h, ran := stage(t, cfg)
+	return h, ran, errs
+}
+
+// codes sends n requests of one client to /login and returns their
+// statuses.
+func codes(h http.Handler, n int) []int {
+	var got []int
+	for range n {
+		got = append(got, serve(h, http.MethodPost, "/login", "203.0.113.9:1").Code)
+	}
+	return got
+}
+
+func statuses(want ...int) []int { return want }
+
+func TestPoliciesConfigValidate(t *testing.T) {
+	mem, _ := newMem(t, 10)
+	for name, tc := range map[string]struct {
+		mutate func(*httplimit.PoliciesConfig)
+		ok     bool
+	}{
+		"default with a store": {func(c *httplimit.PoliciesConfig) { c.Store = mem }, true},
+		"zero refresh":         {func(c *httplimit.PoliciesConfig) { c.Store, c.Refresh = mem, 0 }, true},
+		"no store":             {func(c *httplimit.PoliciesConfig) {}, false},
+		"refresh too short":    {func(c *httplimit.PoliciesConfig) { c.Store, c.Refresh = mem, time.Millisecond }, false},
+		"refresh too long":     {func(c *httplimit.PoliciesConfig) { c.Store, c.Refresh = mem, 2*time.Hour }, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := httplimit.DefaultPoliciesConfig()
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			if (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok %v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, httplimit.ErrInvalidConfig) {
+				t.Fatalf("%v does not wrap ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+// Set, Get, List and Delete keep the policies in the store, where another
+// Policies (another process) finds them.
+func TestPoliciesSetGetListDelete(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	a := newPolicies(t, mem, clock, time.Second)
+	b := newPolicies(t, mem, clock, time.Second)
+
+	login := httplimit.Quota{Limit: 5, Window: time.Minute}
+	search := httplimit.Quota{Name: "search-v2", Limit: 100, Window: time.Hour, Kind: algo.KindGCRA}
+	for name, q := range map[string]httplimit.Quota{"login": login, "search": search} {
+		if err := a.Set(ctx, name, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := b.Get(ctx, "login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (httplimit.Quota{Name: "login", Limit: 5, Window: time.Minute, Kind: algo.KindFixed}); got != want {
+		t.Fatalf("Get(login) = %+v, want %+v", got, want)
+	}
+	if got, err := b.Get(ctx, "search"); err != nil || got != search {
+		t.Fatalf("Get(search) = %+v, %v; want %+v", got, err, search)
+	}
+	if names, err := b.List(ctx); err != nil || !slices.Equal(names, []string{"login", "search"}) {
+		t.Fatalf("List = %q, %v", names, err)
+	}
+
+	// Replacing keeps one entry in the index.
+	if err := b.Set(ctx, "login", httplimit.Quota{Limit: 7, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := a.Get(ctx, "login"); got.Limit != 7 {
+		t.Fatalf("after replacing, Get(login).Limit = %d, want 7", got.Limit)
+	}
+	if names, _ := a.List(ctx); !slices.Equal(names, []string{"login", "search"}) {
+		t.Fatalf("after replacing, List = %q", names)
+	}
+
+	if err := a.Delete(ctx, "login"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Get(ctx, "login"); !errors.Is(err, httplimit.ErrNoPolicy) {
+		t.Fatalf("Get of a deleted policy: %v, want ErrNoPolicy", err)
+	}
+	if names, _ := b.List(ctx); !slices.Equal(names, []string{"search"}) {
+		t.Fatalf("after Delete, List = %q", names)
+	}
+	if err := a.Delete(ctx, "login"); err != nil {
+		t.Fatalf("deleting a missing policy: %v", err)
+	}
+	if err := a.Delete(ctx, "search"); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := b.List(ctx); len(names) != 0 {
+		t.Fatalf("after deleting all, List = %q", names)
+	}
+}
+
+func TestPoliciesRejectInvalidInput(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	pols := newPolicies(t, mem, clock, time.Second)
+	good := httplimit.Quota{Limit: 1, Window: time.Minute}
+	for name, call := range map[string]func() error{
+		"empty name":        func() error { return pols.Set(ctx, "", good) },
+		"slash in name":     func() error { return pols.Set(ctx, "a/b", good) },
+		"long name":         func() error { return pols.Set(ctx, strings.Repeat("n", httplimit.MaxPolicyNameLen+1), good) },
+		"no limit":          func() error { return pols.Set(ctx, "p", httplimit.Quota{Window: time.Minute}) },
+		"fractional window": func() error { return pols.Set(ctx, "p", httplimit.Quota{Limit: 1, Window: 1500 * time.Millisecond}) },
+		"get bad name":      func() error { _, err := pols.Get(ctx, "a b"); return err },
+		"policy bad name":   func() error { _, err := pols.Policy("a b"); return err },
+		"bad fallback": func() error {
+			_, err := pols.Policy("p", httplimit.WithFallback(httplimit.Quota{Window: time.Minute}))
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, httplimit.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if names, _ := pols.List(ctx); len(names) != 0 {
+		t.Fatalf("rejected policies were stored: %q", names)
+	}
+}
+
+// The heart of the policy stage: a change made in the store by another
+// process is enforced within the refresh interval, with no restart, and
+// the counts made under the old limit carry over.
+func TestPolicyStageFollowsTheStore(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	operator := newPolicies(t, mem, clock, time.Second) // another process
+	if err := operator.Set(ctx, "login", httplimit.Quota{Limit: 2, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	pols := newPolicies(t, mem, clock, 10*time.Second)
+	h, ran, _ := policyStage(t, mem, pols, "login")
+
+	if got := codes(h, 3); !slices.Equal(got, statuses(200, 200, 429)) {
+		t.Fatalf("limit 2: %v", got)
+	}
+	rec := serve(h, http.MethodPost, "/login", "203.0.113.9:1")
+	if p := rec.Header().Get(httplimit.FieldPolicy); p != `"login";q=2;w=60` {
+		t.Fatalf("RateLimit-Policy %q", p)
+	}
+
+	if err := operator.Set(ctx, "login", httplimit.Quota{Limit: 4, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(9 * time.Second)
+	if got := codes(h, 1); !slices.Equal(got, statuses(429)) {
+		t.Fatalf("within the refresh interval the cached limit holds: %v", got)
+	}
+	clock.Advance(time.Second)
+	// The two requests counted under the old limit still count.
+	if got := codes(h, 3); !slices.Equal(got, statuses(200, 200, 429)) {
+		t.Fatalf("limit 4 after the refresh: %v", got)
+	}
+	rec = serve(h, http.MethodPost, "/login", "203.0.113.9:1")
+	if p := rec.Header().Get(httplimit.FieldPolicy); p != `"login";q=4;w=60` {
+		t.Fatalf("RateLimit-Policy after the change %q", p)
+	}
+	if ran.Load() != 4 {
+		t.Fatalf("handler ran %d times, want 4", ran.Load())
+	}
+}
+
+// A missing policy never lets the route run: 503 through OnError, with an
+// error wrapping ErrNoPolicy. The answer is remembered for the refresh
+// interval; once the policy appears it is enforced.
+func TestMissingPolicyRefuses(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	store := &countingStore{Store: mem}
+	pols := newPolicies(t, store, clock, 10*time.Second)
+	h, ran, errs := policyStage(t, store, pols, "login")
+
+	if got := codes(h, 3); !slices.Equal(got, statuses(503, 503, 503)) {
+		t.Fatalf("missing policy: %v", got)
+	}
+	if ran.Load() != 0 || len(*errs) != 3 || !errors.Is((*errs)[0], httplimit.ErrNoPolicy) {
+		t.Fatalf("handler ran %d times; errors %v", ran.Load(), *errs)
+	}
+	if n := store.applies.Load(); n != 1 {
+		t.Fatalf("%d batches for three requests, want 1 read of the policy", n)
+	}
+
+	other := newPolicies(t, mem, clock, time.Second)
+	if err := other.Set(ctx, "login", httplimit.Quota{Limit: 1, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * time.Second)
+	if got := codes(h, 2); !slices.Equal(got, statuses(200, 429)) {
+		t.Fatalf("after the policy appeared: %v", got)
+	}
+}
+
+// A deleted policy stops being enforced, and its stage refuses, within the
+// refresh interval; the Policies that deleted it refuses at once.
+func TestDeletedPolicyRefuses(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	pols := newPolicies(t, mem, clock, 10*time.Second)
+	if err := pols.Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	h, _, _ := policyStage(t, mem, pols, "login")
+	if got := codes(h, 1); !slices.Equal(got, statuses(200)) {
+		t.Fatalf("before Delete: %v", got)
+	}
+	if err := pols.Delete(ctx, "login"); err != nil {
+		t.Fatal(err)
+	}
+	if got := codes(h, 1); !slices.Equal(got, statuses(503)) {
+		t.Fatalf("after Delete: %v", got)
+	}
+}
+
+// A store failure while reading the policy never lets the route run; it is
+// not remembered, so the first request after the store recovers reads the
+// policy again and is served.
+func TestPolicyStoreFailureRefuses(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	seed := newPolicies(t, mem, clock, time.Second)
+	if err := seed.Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	store := &switchStore{ok: mem, err: engine.ErrUnavailable}
+	pols := newPolicies(t, store, clock, 10*time.Second)
+	h, ran, errs := policyStage(t, store, pols, "login")
+	if got := codes(h, 2); !slices.Equal(got, statuses(503, 503)) {
+		t.Fatalf("store failing: %v", got)
+	}
+	if ran.Load() != 0 || !errors.Is((*errs)[0], engine.ErrUnavailable) {
+		t.Fatalf("handler ran %d times; errors %v", ran.Load(), *errs)
+	}
+	store.err = nil
+	if got := codes(h, 1); !slices.Equal(got, statuses(200)) {
+		t.Fatalf("store recovered, clock unmoved: %v", got)
+	}
+}
+
+// A stored value that is not a valid quota refuses like a missing policy.
+func TestCorruptPolicyRefuses(t *testing.T) {
+	mem, clock := newMem(t, 100)
+	var out engine.StepResult
+	err := engine.New(mem).Apply(context.Background(), httplimit.PolicyPartition, &out,
+		engine.Set(httplimit.PolicyKeyPrefix+"login", `{"limit":0,"windowMs":60000}`, engine.MaxTTLMs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols := newPolicies(t, mem, clock, time.Second)
+	h, _, errs := policyStage(t, mem, pols, "login")
+	if got := codes(h, 1); !slices.Equal(got, statuses(503)) {
+		t.Fatalf("corrupt policy: %v", got)
+	}
+	if !errors.Is((*errs)[0], engine.ErrCorrupt) {
+		t.Fatalf("error %v, want ErrCorrupt", (*errs)[0])
+	}
+}
+
+// With a fallback, a missing or unreadable policy counts requests against
+// the fallback quota instead of refusing them, and the switch to the
+// fallback and back is logged once each.
+func TestPolicyFallback(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	var logs bytes.Buffer
+	cfg := httplimit.DefaultPoliciesConfig()
+	cfg.Store, cfg.Clock, cfg.Refresh = mem, clock, 10*time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	pols, err := httplimit.NewPolicies(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ran, errs := policyStage(t, mem, pols, "login", httplimit.WithFallback(httplimit.Quota{Limit: 2, Window: time.Minute}))
+
+	if got := codes(h, 3); !slices.Equal(got, statuses(200, 200, 429)) {
+		t.Fatalf("missing policy, fallback of 2: %v", got)
+	}
+	rec := serve(h, http.MethodPost, "/login", "203.0.113.9:1")
+	if p := rec.Header().Get(httplimit.FieldPolicy); p != `"login";q=2;w=60` {
+		t.Fatalf("fallback RateLimit-Policy %q", p)
+	}
+	// The fallback is named after the policy: the stored quota, once
+	// there, goes on counting the same requests.
+	if err := pols.Set(ctx, "login", httplimit.Quota{Limit: 3, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := codes(h, 2); !slices.Equal(got, statuses(200, 429)) {
+		t.Fatalf("stored limit of 3 after 2 counted: %v", got)
+	}
+	if ran.Load() != 3 || len(*errs) != 0 {
+		t.Fatalf("handler ran %d times; errors %v", ran.Load(), *errs)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "level=INFO"); n != 1 {
+		t.Fatalf("%d notices, want 1:\n%s", n, logs.String())
+	}
+}
+
+// A policy written through the store with the documented layout, as an
+// operator command would write it without this package, is listed and
+// enforced.
+func TestPolicyLayoutIsTheDocumentedOne(t *testing.T) {
+	mem, clock := newMem(t, 100)
+	var out engine.StepResult
+	// List reads every shard of the index, whichever holds a name.
+	err := engine.New(mem).Apply(context.Background(), httplimit.PolicyPartition, &out,
+		engine.Set(httplimit.PolicyKeyPrefix+"login", `{"limit":1,"windowMs":60000,"kind":"fixed"}`, engine.MaxTTLMs),
+		engine.Set(httplimit.PolicyIndexPrefix+"3", "a-name\nlogin", engine.MaxTTLMs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols := newPolicies(t, mem, clock, time.Second)
+	if names, err := pols.List(context.Background()); err != nil || !slices.Equal(names, []string{"a-name", "login"}) {
+		t.Fatalf("List = %q, %v", names, err)
+	}
+	h, _, _ := policyStage(t, mem, pols, "login")
+	if got := codes(h, 2); !slices.Equal(got, statuses(200, 429)) {
+		t.Fatalf("hand-written policy: %v", got)
+	}
+}
+
+// Against a real server: an operator process changes the policy through
+// its own client, and a service process enforcing it through another
+// client follows within the refresh interval. Both clients hash every
+// partition and key with the fleet's pepper, so they meet on the same
+// records.
+func TestPolicyStageFollowsAServer(t *testing.T) {
+	ctx := context.Background()
+	url := startServer(t)
+	clock := testclock.New(epoch)
+	operator := newPolicies(t, newClient(t, url), clock, time.Second)
+	if err := operator.Set(ctx, "login", httplimit.Quota{Limit: 2, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	service := newClient(t, url)
+	pols := newPolicies(t, service, clock, 10*time.Second)
+	h, ran, errs := policyStage(t, service, pols, "login")
+	if got := codes(h, 3); !slices.Equal(got, statuses(200, 200, 429)) {
+		t.Fatalf("limit 2: %v (errors %v)", got, *errs)
+	}
+	if err := operator.Set(ctx, "login", httplimit.Quota{Limit: 4, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := codes(h, 1); !slices.Equal(got, statuses(429)) {
+		t.Fatalf("before the refresh: %v", got)
+	}
+	clock.Advance(10 * time.Second)
+	if got := codes(h, 3); !slices.Equal(got, statuses(200, 200, 429)) {
+		t.Fatalf("limit 4 after the refresh: %v (errors %v)", got, *errs)
+	}
+	if names, err := pols.List(ctx); err != nil || !slices.Equal(names, []string{"login"}) {
+		t.Fatalf("List through the server = %q, %v", names, err)
+	}
+	if err := operator.Delete(ctx, "login"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(10 * time.Second)
+	if got := codes(h, 1); !slices.Equal(got, statuses(503)) {
+		t.Fatalf("after Delete: %v", got)
+	}
+	if ran.Load() != 4 {
+		t.Fatalf("handler ran %d times, want 4", ran.Load())
+	}
+}
+
+// gateStore holds every read of a policy until release is closed or the
+// reading request's context ends, and counts them.
+type gateStore struct {
+	engine.Store
+	release chan struct{}
+	reads   atomic.Int64
+}
+
+func (s *gateStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if b.Partition == httplimit.PolicyPartition && b.Commands[0].Op == engine.OpGet {
+		s.reads.Add(1)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+// Requests arriving while a policy is being read wait for that one read:
+// however many there are, the store sees one read per policy and refresh.
+func TestPolicyReadsAreSingleFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, clock := newMem(t, 100)
+		if err := newPolicies(t, mem, clock, time.Second).Set(context.Background(), "login", httplimit.Quota{Limit: 100, Window: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		gate := &gateStore{Store: mem, release: make(chan struct{})}
+		pols := newPolicies(t, gate, clock, 10*time.Second)
+		h, ran, _ := policyStage(t, gate, pols, "login")
+
+		const requests = 20
+		got := make([]int, requests)
+		var wg sync.WaitGroup
+		for i := range requests {
+			wg.Go(func() { got[i] = serve(h, http.MethodPost, "/login", "203.0.113.9:1").Code })
+		}
+		synctest.Wait() // every request blocked: one reading, the others waiting for it
+		if n := gate.reads.Load(); n != 1 {
+			t.Fatalf("%d reads in flight, want 1", n)
+		}
+		close(gate.release)
+		wg.Wait()
+		if n := gate.reads.Load(); n != 1 || ran.Load() != requests {
+			t.Fatalf("%d reads, handler ran %d times; want 1 and %d (statuses %v)", n, ran.Load(), requests, got)
+		}
+	})
+}
+
+// A request whose context ends while it reads the policy does not hand its
+// cancellation to the requests waiting for the read: one of them reads
+// again, and they are served.
+func TestPolicyReaderCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, clock := newMem(t, 100)
+		if err := newPolicies(t, mem, clock, time.Second).Set(context.Background(), "login", httplimit.Quota{Limit: 100, Window: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		gate := &gateStore{Store: mem, release: make(chan struct{})}
+		pols := newPolicies(t, gate, clock, 10*time.Second)
+		h, ran, _ := policyStage(t, gate, pols, "login")
+
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var leader int
+		wg.Go(func() {
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/login", nil)
+			req.RemoteAddr = "203.0.113.9:1"
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			leader = rec.Code
+		})
+		synctest.Wait() // the leader is reading
+		const followers = 5
+		got := make([]int, followers)
+		for i := range followers {
+			wg.Go(func() { got[i] = serve(h, http.MethodPost, "/login", "203.0.113.9:1").Code })
+		}
+		synctest.Wait()
+		cancel()
+		synctest.Wait() // a follower took over the read
+		if n := gate.reads.Load(); n != 2 {
+			t.Fatalf("%d reads after the reader left, want 2", n)
+		}
+		close(gate.release)
+		wg.Wait()
+		if leader != http.StatusServiceUnavailable || !slices.Equal(got, statuses(200, 200, 200, 200, 200)) || ran.Load() != followers {
+			t.Fatalf("cancelled reader %d, followers %v, handler ran %d times", leader, got, ran.Load())
+		}
+	})
+}
+
+// Reading a policy renews its records' lifetime once they are a day old,
+// so that a policy in use never expires.
+func TestPolicyRecordsAreRenewed(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	pols := newPolicies(t, mem, clock, time.Second)
+	if err := pols.Set(ctx, "login", httplimit.Quota{Limit: 100, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	ttls := func() (policy, index int64) {
+		t.Helper()
+		var out engine.StepResult
+		eng := engine.New(mem)
+		var shards []engine.Command
+		for i := range httplimit.PolicyIndexShards {
+			shards = append(shards, engine.TTL(httplimit.PolicyIndexPrefix+strconv.Itoa(i)))
+		}
+		if err := eng.Apply(ctx, httplimit.PolicyPartition, &out, shards...); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range out.Results {
+			if r.Found {
+				index = r.TTLMs
+			}
+		}
+		if err := eng.Apply(ctx, httplimit.PolicyPartition, &out, engine.TTL(httplimit.PolicyKeyPrefix+"login")); err != nil {
+			t.Fatal(err)
+		}
+		return out.Results[0].TTLMs, index
+	}
+	h, _, _ := policyStage(t, mem, pols, "login")
+	clock.Advance(12 * time.Hour)
+	codes(h, 1)
+	if p, _ := ttls(); p != engine.MaxTTLMs-12*time.Hour.Milliseconds() {
+		t.Fatalf("renewed after half a day: ttl %d ms", p)
+	}
+	clock.Advance(13 * time.Hour)
+	codes(h, 1)
+	if p, i := ttls(); p != engine.MaxTTLMs || i != engine.MaxTTLMs {
+		t.Fatalf("after a day, policy ttl %d ms and index ttl %d ms, want %d", p, i, engine.MaxTTLMs)
+	}
+}

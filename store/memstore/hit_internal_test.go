@@ -1,0 +1,126 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testclock"
+	"github.com/sluicehq/sluice/store/storetest"
+)
+
+// The executor alone still passes the conformance suite, so that a batch
+// the fast path leaves to it, and every other store sharing it, is held to
+// the same cases.
+func TestConformanceWithoutFastPath(t *testing.T) {
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		cfg := DefaultConfig()
+		cfg.Clock = clock
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.noFastPath = true
+		return s
+	})
+}
+
+// The fast path gives exactly the results, errors and effects of the
+// executor: two stores on one clock, one of them with the fast path off,
+// run the same random batches and must answer alike after every one, and
+// hold the same number of keys. The batches mix the fast path's shape (one
+// window, perhaps a kv.ttl of its key) with its neighbours (a log window,
+// two windows, a kv.ttl of another key, a replay record) and with records
+// of other kinds under the window keys, on a store small enough to fill.
+func TestFastPathMatchesExecutor(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		clock := testclock.New(time.UnixMilli(1_700_000_000_000))
+		maxKeys := rapid.IntRange(1, 6).Draw(t, "maxKeys")
+		newStore := func(fast bool) *Store {
+			cfg := DefaultConfig()
+			cfg.MaxKeys, cfg.Shards, cfg.Clock = maxKeys, 1, clock // one shard: the stores sweep alike
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.noFastPath = !fast
+			return s
+		}
+		fast, slow := newStore(true), newStore(false)
+		kinds := []algo.Kind{algo.KindFixed, algo.KindSliding, algo.KindGCRA, algo.KindLog}
+		keys := []string{"a", "b"}
+		partitions := []string{"p", "q", "r"}
+
+		for i := range rapid.IntRange(1, 60).Draw(t, "batches") {
+			clock.Advance(time.Duration(rapid.IntRange(0, 3000).Draw(t, "advanceMs")) * time.Millisecond)
+			window := func(label string) engine.Window {
+				return engine.Window{
+					Key:      rapid.SampledFrom(keys).Draw(t, label+"Key"),
+					Kind:     rapid.SampledFrom(kinds).Draw(t, label+"Kind"),
+					Limit:    int64(rapid.IntRange(1, 4).Draw(t, label+"Limit")),
+					WindowMs: int64(rapid.IntRange(1, 5).Draw(t, label+"Seconds")) * 1000,
+				}
+			}
+			w := window("w")
+			cost := int64(rapid.IntRange(0, 3).Draw(t, "cost"))
+			b := engine.Batch{Partition: rapid.SampledFrom(partitions).Draw(t, "partition")}
+			switch shape := rapid.IntRange(0, 6).Draw(t, "shape"); shape {
+			case 0, 1:
+				b.Commands = []engine.Command{engine.Hit(cost, w)}
+			case 2, 3:
+				b.Commands = []engine.Command{engine.Hit(cost, w), engine.TTL(w.Key)}
+			case 4:
+				b.Commands = []engine.Command{engine.Hit(cost, w), engine.TTL(rapid.SampledFrom(keys).Draw(t, "ttlKey"))}
+			case 5:
+				// Another kind of record where a window may be.
+				b.Commands = []engine.Command{engine.Set(w.Key, "v", int64(rapid.IntRange(1, 4).Draw(t, "setSeconds"))*1000)}
+			case 6:
+				b.Commands = []engine.Command{engine.Hit(cost, w)}
+				b.OperationID, b.Step = "op", i
+			}
+			if err := b.Validate(); err != nil {
+				continue // a cost the window's kind refuses, or a repeated key
+			}
+			var outFast, outSlow engine.StepResult
+			errFast := fast.Apply(context.Background(), &b, &outFast)
+			errSlow := slow.Apply(context.Background(), &b, &outSlow)
+			if (errFast == nil) != (errSlow == nil) || errFast != nil && !sameError(errFast, errSlow) {
+				t.Fatalf("batch %d %+v: fast path error %v, executor error %v", i, b, errFast, errSlow)
+			}
+			if errFast == nil && !reflect.DeepEqual(normal(outFast), normal(outSlow)) {
+				t.Fatalf("batch %d %+v:\nfast path %+v\nexecutor  %+v", i, b, outFast, outSlow)
+			}
+			if fast.Len() != slow.Len() {
+				t.Fatalf("batch %d %+v: fast path holds %d keys, executor %d", i, b, fast.Len(), slow.Len())
+			}
+		}
+	})
+}
+
+// sameError reports whether a and b are the same engine error.
+func sameError(a, b error) bool {
+	for _, sentinel := range []error{engine.ErrCapacity, engine.ErrWrongType, engine.ErrCorrupt, engine.ErrInvalid} {
+		if errors.Is(a, sentinel) != errors.Is(b, sentinel) {
+			return false
+		}
+	}
+	return a.Error() == b.Error()
+}
+
+// normal returns out with empty Windows slices made nil, so that a result
+// whose slice was reused compares equal to a fresh one.
+func normal(out engine.StepResult) engine.StepResult {
+	out.Results = append([]engine.Result(nil), out.Results...)
+	for i := range out.Results {
+		if len(out.Results[i].Windows) == 0 {
+			out.Results[i].Windows = nil
+		}
+	}
+	return out
+}
