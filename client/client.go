@@ -141,6 +141,9 @@ func newTransport(timeout time.Duration, version HTTPVersion, tls bool) *http.Tr
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    timeout,
 		MaxResponseHeaderBytes: 64 << 10,
+		// The server never compresses its answers: asking for gzip
+		// would only add a header to every request.
+		DisableCompression: true,
 		HTTP2: &http.HTTP2Config{
 			// One connection carries every call: when it goes silent,
 			// ping it, and drop it if the ping goes unanswered, rather
@@ -152,9 +155,9 @@ func newTransport(timeout time.Duration, version HTTPVersion, tls bool) *http.Tr
 }
 
 // protocols returns the HTTP versions a transport speaks for version: over
-// TLS, HTTP/2 when chosen and the server offers it by ALPN, and HTTP/1.1
-// otherwise; over plain http, exactly the one chosen, since Go's transport
-// uses h2c only when HTTP/1.1 is off.
+// TLS, HTTP/2 where the server offers it by ALPN and HTTP/1.1 otherwise,
+// unless HTTP1 is chosen; over plain http, HTTP/1.1 unless HTTP2 is chosen
+// (Go's transport speaks h2c only when HTTP/1.1 is off).
 func protocols(version HTTPVersion, tls bool) *http.Protocols {
 	var p http.Protocols
 	switch {
@@ -163,8 +166,10 @@ func protocols(version HTTPVersion, tls bool) *http.Protocols {
 	case tls:
 		p.SetHTTP1(true)
 		p.SetHTTP2(true)
-	default:
+	case version == HTTP2:
 		p.SetUnencryptedHTTP2(true)
+	default:
+		p.SetHTTP1(true)
 	}
 	return &p
 }

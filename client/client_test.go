@@ -579,7 +579,7 @@ func TestHTTPVersions(t *testing.T) {
 	for _, tc := range []struct {
 		version client.HTTPVersion
 		want    int64
-	}{{"", 2}, {client.HTTP2, 2}, {client.HTTP1, 1}} {
+	}{{"", 1}, {client.HTTP2, 2}, {client.HTTP1, 1}} {
 		cfg := h.config()
 		cfg.HTTPVersion = tc.version
 		c := client.New(cfg)
@@ -593,10 +593,10 @@ func TestHTTPVersions(t *testing.T) {
 	}
 }
 
-// TestHTTP2NeedsAServerSpeakingIt checks what the default costs against a
+// TestH2CNeedsAServerSpeakingIt checks what HTTP2 costs against a
 // plain-http server that speaks HTTP/1.1 only: the store is unavailable,
-// and HTTP1 reaches it.
-func TestHTTP2NeedsAServerSpeakingIt(t *testing.T) {
+// while the default reaches it.
+func TestH2CNeedsAServerSpeakingIt(t *testing.T) {
 	h := newHarness(t)
 	old := httptest.NewServer(http.HandlerFunc(h.serve)) // HTTP/1.1 only
 	defer old.Close()
@@ -605,13 +605,13 @@ func TestHTTP2NeedsAServerSpeakingIt(t *testing.T) {
 	req := &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}}
 	c := client.New(cfg)
 	defer c.Close()
-	if _, err := engine.New(c).Do(ctxT(t), req); !errors.Is(err, client.ErrUnavailable) {
-		t.Fatalf("HTTP/2 to an HTTP/1.1-only server: %v, want ErrUnavailable", err)
+	if _, err := engine.New(c).Do(ctxT(t), req); err != nil {
+		t.Fatalf("the default to an HTTP/1.1-only server: %v", err)
 	}
-	cfg.HTTPVersion = client.HTTP1
-	c1 := client.New(cfg)
-	defer c1.Close()
-	if _, err := engine.New(c1).Do(ctxT(t), req); err != nil {
-		t.Fatalf("HTTP/1.1 to an HTTP/1.1-only server: %v", err)
+	cfg.HTTPVersion = client.HTTP2
+	c2 := client.New(cfg)
+	defer c2.Close()
+	if _, err := engine.New(c2).Do(ctxT(t), req); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("h2c to an HTTP/1.1-only server: %v, want ErrUnavailable", err)
 	}
 }

@@ -33,8 +33,8 @@ func startServer() (*httptest.Server, client.Config) {
 	scfg.Secrets = []string{exampleSecret}
 	scfg.OperatorToken = exampleToken
 	handler := server.New(engine.New(store), scfg)
-	// Served as sluice serve serves it: HTTP/1.1, and HTTP/2 with prior
-	// knowledge, which the client speaks by default.
+	// Served as sluice serve serves it: HTTP/1.1, and HTTP/2 (h2c) for a
+	// client configured with client.HTTP2.
 	hs, err := server.NewHTTPServer(handler, server.DefaultHTTPConfig())
 	if err != nil {
 		panic(err)

@@ -41,15 +41,15 @@ type httpFloor struct {
 // newFloorTransport returns a transport with the settings of the client
 // package's own (client.New without an HTTPClient) for a plain-http server
 // and version: keep-alive connections, up to 256 idle per host, dial and
-// TLS handshake bounded by the call timeout; HTTP/2 with prior knowledge
-// (h2c) or HTTP/1.1 alone. Keep the two in step.
+// TLS handshake bounded by the call timeout, no gzip; HTTP/2 with prior
+// knowledge (h2c) or HTTP/1.1 alone. Keep the two in step.
 func newFloorTransport(timeout time.Duration, version client.HTTPVersion) *http.Transport {
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	var protocols http.Protocols
-	if version == client.HTTP1 {
-		protocols.SetHTTP1(true)
-	} else {
+	if version == client.HTTP2 {
 		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP1(true)
 	}
 	return &http.Transport{
 		Proxy:                  http.ProxyFromEnvironment,
@@ -60,6 +60,7 @@ func newFloorTransport(timeout time.Duration, version client.HTTPVersion) *http.
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    timeout,
 		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
 		HTTP2:                  &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 	}
 }
@@ -77,7 +78,7 @@ func startHTTPFloor(version client.HTTPVersion) func(context.Context, Options) (
 
 func startFloor(ctx context.Context, version client.HTTPVersion) (instance, error) {
 	f := &httpFloor{proto: 1}
-	if version != client.HTTP1 {
+	if version == client.HTTP2 {
 		f.proto = 2
 	}
 	trivial := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
