@@ -3,10 +3,10 @@ package wire
 import (
 	"slices"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/jsonstr"
 )
 
 // AppendRequest appends the JSON body of r to dst: the bytes json.Marshal
@@ -166,83 +166,8 @@ func kindName(k algo.Kind) (string, error) {
 }
 
 // AppendResponse appends the JSON of r to dst: the bytes json.Marshal
-// writes for r, without reflection.
-func AppendResponse(dst []byte, r *Response) []byte {
-	dst = append(dst, `{"steps":`...)
-	if r.Steps == nil {
-		return append(dst, "null}"...)
-	}
-	dst = append(dst, '[')
-	for i := range r.Steps {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendStepResult(dst, &r.Steps[i])
-	}
-	return append(dst, "]}"...)
-}
-
-func appendStepResult(dst []byte, st *engine.StepResult) []byte {
-	dst = append(dst, '{')
-	if st.Skipped {
-		dst = append(dst, `"skipped":true,`...)
-	}
-	if st.Replayed {
-		dst = append(dst, `"replayed":true,`...)
-	}
-	if st.Denied {
-		dst = append(dst, `"denied":true,`...)
-	}
-	dst = append(dst, `"results":`...)
-	if st.Results == nil {
-		return append(dst, "null}"...)
-	}
-	dst = append(dst, '[')
-	for i := range st.Results {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendResult(dst, &st.Results[i])
-	}
-	return append(dst, "]}"...)
-}
-
-// appendResult writes the fields of r in the order of engine.Result's
-// declaration, leaving out the zero ones its omitempty tags name.
-func appendResult(dst []byte, r *engine.Result) []byte {
-	dst = append(dst, `{"allowed":`...)
-	dst = strconv.AppendBool(dst, r.Allowed)
-	if r.Found {
-		dst = append(dst, `,"found":true`...)
-	}
-	dst = appendStringField(dst, `,"value":`, r.Value)
-	dst = appendIntField(dst, `,"int":`, r.Int)
-	dst = appendIntField(dst, `,"ttlMs":`, r.TTLMs)
-	dst = append(dst, `,"remaining":`...)
-	dst = strconv.AppendInt(dst, r.Remaining, 10)
-	dst = appendIntField(dst, `,"resetAt":`, r.ResetAt)
-	dst = appendIntField(dst, `,"retryAfterMs":`, r.RetryAfterMs)
-	dst = appendIntField(dst, `,"at":`, r.At)
-	if len(r.Windows) > 0 {
-		dst = append(dst, `,"windows":[`...)
-		for i := range r.Windows {
-			w := &r.Windows[i]
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = append(dst, `{"allowed":`...)
-			dst = strconv.AppendBool(dst, w.Allowed)
-			dst = append(dst, `,"remaining":`...)
-			dst = strconv.AppendInt(dst, w.Remaining, 10)
-			dst = append(dst, `,"resetAt":`...)
-			dst = strconv.AppendInt(dst, w.ResetAt, 10)
-			dst = appendIntField(dst, `,"retryAfterMs":`, w.RetryAfterMs)
-			dst = append(dst, '}')
-		}
-		dst = append(dst, ']')
-	}
-	return append(dst, '}')
-}
+// writes for r (see engine.Response.AppendJSON).
+func AppendResponse(dst []byte, r *Response) []byte { return r.AppendJSON(dst) }
 
 // appendStringField writes an omitempty string field: name is its key
 // with the separator before it and the colon.
@@ -261,55 +186,5 @@ func appendIntField(dst []byte, name string, v int64) []byte {
 	return strconv.AppendInt(append(dst, name...), v, 10)
 }
 
-// appendString writes s as a JSON string exactly as encoding/json does with
-// its default HTML escaping: <, > and & as \u escapes, invalid UTF-8 as
-// \ufffd, and U+2028 and U+2029 escaped.
-func appendString(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch b {
-			case '\\', '"':
-				dst = append(dst, '\\', b)
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hex[b>>4], hex[b&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		c, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case c == utf8.RuneError && size == 1:
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-		case c == '\u2028' || c == '\u2029':
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, '\\', 'u', '2', '0', '2', hex[c&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
+// appendString writes s as a JSON string as encoding/json does.
+func appendString(dst []byte, s string) []byte { return jsonstr.Append(dst, s) }
