@@ -350,3 +350,93 @@ func TestDecodeRequestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPathsKnowEveryField sets each field of every message type in
+// turn, found by reflection, and checks that the fast paths decode the
+// result: a field added to a message later and not to its fast path fails
+// here (it would still decode, slowly, through encoding/json).
+func TestFastPathsKnowEveryField(t *testing.T) {
+	check := func(t *testing.T, name string, v any, fast func([]byte) (any, bool)) {
+		body, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := fast(body)
+		if !ok {
+			t.Errorf("%s: the fast path leaves %s to encoding/json", name, body)
+			return
+		}
+		if !reflect.DeepEqual(got, v) {
+			t.Errorf("%s: decoded %#v, want %#v", name, got, v)
+		}
+	}
+	fastReq := func(b []byte) (any, bool) { r, ok := fastRequest(b); return r, ok }
+	fastResp := func(b []byte) (any, bool) { r, ok := fastResponse(b); return r, ok }
+
+	base := func() *Request {
+		return &Request{OperationID: "o", Family: "f", Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{{Op: engine.OpHit}}}}}
+	}
+	for _, target := range []struct {
+		name string
+		get  func(*Request) reflect.Value
+	}{
+		{"Request", func(r *Request) reflect.Value { return reflect.ValueOf(r).Elem() }},
+		{"Step", func(r *Request) reflect.Value { return reflect.ValueOf(&r.Steps[0]).Elem() }},
+		{"Command", func(r *Request) reflect.Value { return reflect.ValueOf(&r.Steps[0].Commands[0]).Elem() }},
+	} {
+		typ := target.get(base()).Type()
+		for i := range typ.NumField() {
+			r := base()
+			setField(target.get(r).Field(i))
+			check(t, target.name+"."+typ.Field(i).Name, r, fastReq)
+		}
+	}
+
+	baseResp := func() *Response {
+		return &Response{Steps: []engine.StepResult{{Results: []engine.Result{{Windows: []engine.WindowResult{{}}}}}}}
+	}
+	for _, target := range []struct {
+		name string
+		get  func(*Response) reflect.Value
+	}{
+		{"StepResult", func(r *Response) reflect.Value { return reflect.ValueOf(&r.Steps[0]).Elem() }},
+		{"Result", func(r *Response) reflect.Value { return reflect.ValueOf(&r.Steps[0].Results[0]).Elem() }},
+		{"WindowResult", func(r *Response) reflect.Value { return reflect.ValueOf(&r.Steps[0].Results[0].Windows[0]).Elem() }},
+	} {
+		typ := target.get(baseResp()).Type()
+		for i := range typ.NumField() {
+			r := baseResp()
+			setField(target.get(r).Field(i))
+			check(t, target.name+"."+typ.Field(i).Name, r, fastResp)
+		}
+	}
+}
+
+// setField sets v to a non-zero value of its type; a list gets one element
+// with every field set.
+func setField(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint8: // algo.Kind
+		v.SetUint(uint64(algo.KindGCRA))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		setField(v.Elem())
+	case reflect.Map:
+		v.Set(reflect.ValueOf(map[string]string{TierV4Slash24: "x"}))
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		setField(v.Index(0))
+	case reflect.Struct:
+		for i := range v.NumField() {
+			setField(v.Field(i))
+		}
+	default:
+		panic("setField: no value for " + v.Type().String())
+	}
+}
