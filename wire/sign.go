@@ -67,49 +67,50 @@ func (s *Signer) Sign(timestamp int64, method, path string, body []byte) string 
 
 // macPool recycles HMAC-SHA256 states keyed with one secret.
 type macPool struct {
-	secret []byte
-	pool   *sync.Pool
+	pool *sync.Pool
+}
+
+// pooledMAC is a keyed MAC and the buffer the heads of its signed strings
+// are written from, which would otherwise escape to the heap on every call.
+type pooledMAC struct {
+	mac  hash.Hash
+	head []byte
 }
 
 func newMACPool(secret []byte) macPool {
-	return macPool{secret: secret, pool: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+	return macPool{pool: &sync.Pool{New: func() any {
+		return &pooledMAC{mac: hmac.New(sha256.New, secret), head: make([]byte, 0, 128)}
+	}}}
 }
 
 // sum appends to dst the MAC of the signed string of a request.
 func (p macPool) sum(dst []byte, timestamp int64, method, path string, body []byte) []byte {
-	mac, ok := p.pool.Get().(hash.Hash)
-	if !ok {
-		mac = hmac.New(sha256.New, p.secret)
-	}
-	mac.Reset()
-	writeSigned(mac, timestamp, method, path, body)
-	dst = mac.Sum(dst)
-	p.pool.Put(mac)
+	m := p.pool.Get().(*pooledMAC)
+	m.mac.Reset()
+	m.head = appendSignedHead(m.head[:0], timestamp, method, path)
+	m.mac.Write(m.head)
+	m.mac.Write(body)
+	dst = m.mac.Sum(dst)
+	p.pool.Put(m)
 	return dst
 }
 
 func writeSigned(w io.Writer, timestamp int64, method, path string, body []byte) {
-	// The head of the signed string goes in one write when it fits (the
-	// methods and paths of the RPC do), so a MAC sees two writes per call.
-	var buf [128]byte
-	b := append(buf[:0], signatureTag...)
+	w.Write(appendSignedHead(nil, timestamp, method, path))
+	w.Write(body)
+}
+
+// appendSignedHead appends what the signed string holds before the body:
+// the tag, the timestamp, the method and the path, each followed by "\n".
+func appendSignedHead(b []byte, timestamp int64, method, path string) []byte {
+	b = append(b, signatureTag...)
 	b = append(b, '\n')
 	b = strconv.AppendInt(b, timestamp, 10)
 	b = append(b, '\n')
-	if len(b)+len(method)+len(path)+2 <= len(buf) {
-		b = append(b, method...)
-		b = append(b, '\n')
-		b = append(b, path...)
-		b = append(b, '\n')
-		w.Write(b)
-	} else {
-		w.Write(b)
-		io.WriteString(w, method)
-		w.Write([]byte{'\n'})
-		io.WriteString(w, path)
-		w.Write([]byte{'\n'})
-	}
-	w.Write(body)
+	b = append(b, method...)
+	b = append(b, '\n')
+	b = append(b, path...)
+	return append(b, '\n')
 }
 
 // Verifier checks signatures against a list of secrets: the current one

@@ -100,7 +100,7 @@ func TestSignerAndVerifier(t *testing.T) {
 	if err := v.Verify(now, "1767225600", Sign(current, now.Unix(), "POST", PathRPC, body), "POST", "/v1/other", body); !errors.Is(err, ErrBadSignature) {
 		t.Errorf("another path: %v", err)
 	}
-	long := strings.Repeat("/p", 100) // a path too long to share the signed head's buffer
+	long := strings.Repeat("/p", 100) // a head longer than the pooled buffer's first size
 	if got, want := NewSigner(current).Sign(1, "POST", long, body), Sign(current, 1, "POST", long, body); got != want {
 		t.Errorf("a long path: Signer.Sign = %s, Sign = %s", got, want)
 	}
