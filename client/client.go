@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,7 +112,8 @@ func New(cfg Config) *Client {
 		s.rpcURL, s.pingURL = origin+wire.PathRPC, origin+wire.PathPing
 		s.http = cfg.HTTPClient
 		if s.http == nil {
-			s.transport = newTransport(s.timeout, cfg.HTTPVersion, strings.HasPrefix(origin, "https:"))
+			u, _ := url.Parse(origin) // validated above
+			s.transport = newTransport(s.timeout, cfg.HTTPVersion, u.Scheme == "https")
 			s.http = &http.Client{
 				Transport: s.transport,
 				// A redirect would send the signed body elsewhere: the
@@ -366,9 +368,9 @@ func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Respons
 	return nil
 }
 
-// The Content-Type of a request, assigned to the header map as they are
-// (wire's header names are in canonical form already); net/http never
-// modifies them.
+// The request's Content-Type, assigned to the header map directly, as are
+// wire's headers: the names are in canonical form, and net/http never
+// modifies a value slice, so one serves every request.
 const headerContentType = "Content-Type"
 
 var jsonContentType = []string{"application/json"}

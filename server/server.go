@@ -181,9 +181,9 @@ func decodeRequest(body []byte) (*wire.Request, error) {
 }
 
 // buffers recycles the buffers the RPC handler reads a body into and writes
-// its answer from. Each has room for the largest body and its one-byte
-// excess; an answer that grew one past maxPooledBuffer is dropped rather
-// than kept.
+// its answer from. Each has room for the largest body and the byte that
+// shows it too large; one that an answer grew past maxPooledBuffer is
+// dropped rather than kept.
 var buffers = sync.Pool{New: func() any {
 	b := make([]byte, 0, wire.MaxBody+1)
 	return &b
