@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +47,7 @@ type Client struct {
 // shared is the state every view of a Client holds in common.
 type shared struct {
 	rpcURL, pingURL string
-	secret          []byte
+	signer          *wire.Signer
 	pepper          []byte
 	timeout         time.Duration
 	http            *http.Client
@@ -87,7 +88,7 @@ func New(cfg Config) *Client {
 		s.off = fmt.Errorf("%w: client off: backend set to off", ErrUnavailable)
 		s.log.Info("sluice client off: backend set to off")
 	}
-	s.secret = []byte(cfg.Secret)
+	s.signer = wire.NewSigner([]byte(cfg.Secret))
 	s.pepper = []byte(cfg.Pepper)
 	if len(s.pepper) < wire.MinSecretLen {
 		// The client is off, but Hash must still never expose what it is
@@ -106,7 +107,8 @@ func New(cfg Config) *Client {
 		s.rpcURL, s.pingURL = origin+wire.PathRPC, origin+wire.PathPing
 		s.http = cfg.HTTPClient
 		if s.http == nil {
-			s.transport = newTransport(s.timeout)
+			u, _ := url.Parse(origin) // validated above
+			s.transport = newTransport(s.timeout, cfg.HTTPVersion, u.Scheme == "https")
 			s.http = &http.Client{
 				Transport: s.transport,
 				// A redirect would send the signed body elsewhere: the
@@ -123,20 +125,50 @@ func New(cfg Config) *Client {
 }
 
 // newTransport returns the pooled transport of a client that was given no
-// HTTPClient. Go's transport resends a POST only when none of it was
-// written, so the server never sees a request twice.
-func newTransport(timeout time.Duration) *http.Transport {
+// HTTPClient, speaking version. Go's transport resends a POST only when none
+// of it was written, so the server never sees a request twice.
+func newTransport(timeout time.Duration, version HTTPVersion, tls bool) *http.Transport {
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                  http.ProxyFromEnvironment,
 		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
+		Protocols:              protocols(version, tls),
 		MaxIdleConns:           256,
 		MaxIdleConnsPerHost:    256,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    timeout,
 		MaxResponseHeaderBytes: 64 << 10,
+		// The server never compresses its answers: asking for gzip
+		// would only add a header to every request.
+		DisableCompression: true,
+		HTTP2: &http.HTTP2Config{
+			// One connection carries every call: when it goes silent,
+			// ping it, and drop it if the ping goes unanswered, rather
+			// than let every call time out on it.
+			SendPingTimeout: 5 * time.Second,
+			PingTimeout:     5 * time.Second,
+		},
 	}
+}
+
+// protocols returns the HTTP versions a transport speaks for version: over
+// TLS, HTTP/2 where the server offers it by ALPN and HTTP/1.1 otherwise,
+// unless HTTP1 is chosen; over plain http, HTTP/1.1 unless HTTP2 is chosen
+// (Go's transport speaks h2c only when HTTP/1.1 is off).
+func protocols(version HTTPVersion, tls bool) *http.Protocols {
+	var p http.Protocols
+	switch {
+	case version == HTTP1:
+		p.SetHTTP1(true)
+	case tls:
+		p.SetHTTP1(true)
+		p.SetHTTP2(true)
+	case version == HTTP2:
+		p.SetUnencryptedHTTP2(true)
+	default:
+		p.SetHTTP1(true)
+	}
+	return &p
 }
 
 // Err returns why the client is off (an error wrapping ErrUnavailable), or
@@ -260,7 +292,7 @@ func (c *Client) Ping(ctx context.Context) (wire.Ping, error) {
 	if err != nil {
 		return wire.Ping{}, unavailable(err)
 	}
-	status, body, err := c.s.roundTrip(req)
+	status, body, err := c.s.roundTrip(req, nil)
 	if err != nil {
 		return wire.Ping{}, err
 	}
@@ -290,16 +322,23 @@ func (c *Client) ready() error {
 
 // call sends one signed RPC and decodes a successful answer into out.
 func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Response) error {
-	body, err := json.Marshal(wr)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	enc, err := wire.AppendRequest((*buf)[:0], wr)
+	*buf = enc[:0]
 	if err != nil {
 		return fmt.Errorf("%w: encoding the request: %w", engine.ErrInvalid, err)
 	}
-	if len(body) > wire.MaxBody {
-		return fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(body), wire.MaxBody)
+	if len(enc) > wire.MaxBody {
+		return fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(enc), wire.MaxBody)
 	}
 	if err := ctx.Err(); err != nil {
 		return unavailable(err)
 	}
+	// The transport may still read a request body after Do returns (and
+	// reads it again to resend a request no byte of which was written), so
+	// the body is a copy of its own rather than the pooled buffer.
+	body := bytes.Clone(enc)
 	ctx, cancel := context.WithTimeout(ctx, c.s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.s.rpcURL, bytes.NewReader(body))
@@ -307,34 +346,62 @@ func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Respons
 		return unavailable(err)
 	}
 	ts := c.s.now().Unix()
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(wire.HeaderSignature, wire.Sign(c.s.secret, ts, http.MethodPost, wire.PathRPC, body))
-	status, answer, err := c.s.roundTrip(req)
+	req.Header[headerContentType] = jsonContentType
+	req.Header[wire.HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
+	req.Header[wire.HeaderSignature] = []string{c.s.signer.Sign(ts, http.MethodPost, wire.PathRPC, body)}
+	status, answer, err := c.s.roundTrip(req, (*buf)[:0])
+	*buf = answer[:0]
 	if err != nil {
 		return err
 	}
 	if status != http.StatusOK {
 		return answerError(status, answer)
 	}
-	if err := json.Unmarshal(answer, out); err != nil {
+	if err := wire.DecodeResponse(answer, out); err != nil {
 		return unavailable(fmt.Errorf("undecodable answer: %w", err))
 	}
 	return nil
 }
 
-// roundTrip sends req once and reads its answer, bounded by maxAnswer.
-func (s *shared) roundTrip(req *http.Request) (status int, body []byte, err error) {
+// The request's Content-Type, assigned to the header map directly, as are
+// wire's headers: the names are in canonical form, and net/http never
+// modifies a value slice, so one serves every request.
+const headerContentType = "Content-Type"
+
+var jsonContentType = []string{"application/json"}
+
+// roundTrip sends req once and reads its answer, bounded by maxAnswer,
+// appending it to dst.
+func (s *shared) roundTrip(req *http.Request, dst []byte) (status int, body []byte, err error) {
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return 0, nil, unavailable(err)
+		return 0, dst, unavailable(err)
 	}
 	defer resp.Body.Close()
-	body, err = wire.ReadBody(resp.Body, maxAnswer)
+	body, err = wire.AppendBody(dst, resp.Body, maxAnswer)
 	if err != nil {
-		return 0, nil, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
+		return 0, body, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
 	}
 	return resp.StatusCode, body, nil
+}
+
+// buffers recycles the buffers a call encodes its request into and reads
+// its answer into (the answer is decoded into fresh values, so nothing
+// keeps the buffer). One that grew past maxPooledBuffer is dropped.
+var buffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4<<10)
+	return &b
+}}
+
+const maxPooledBuffer = 64 << 10
+
+func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
+
+func putBuffer(b *[]byte) {
+	if cap(*b) <= maxPooledBuffer {
+		*b = (*b)[:0]
+		buffers.Put(b)
+	}
 }
 
 // checkShape verifies that an answer has one result per step sent and one

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -568,5 +569,49 @@ func TestRequestsAreSignedAtTheConfiguredClock(t *testing.T) {
 		if !ok && (!errors.Is(err, client.ErrUnavailable) || !errors.Is(err, wire.ErrUnauthorized)) {
 			t.Errorf("skew %v: %v, want ErrUnavailable wrapping 401", skew, err)
 		}
+	}
+}
+
+// TestHTTPVersions sends a request with each HTTP version to a server
+// serving both, as sluice serve does, and checks which one it arrived in.
+func TestHTTPVersions(t *testing.T) {
+	h := newHarness(t)
+	for _, tc := range []struct {
+		version client.HTTPVersion
+		want    int64
+	}{{"", 1}, {client.HTTP2, 2}, {client.HTTP1, 1}} {
+		cfg := h.config()
+		cfg.HTTPVersion = tc.version
+		c := client.New(cfg)
+		if _, err := engine.New(c).Do(ctxT(t), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}}); err != nil {
+			t.Fatalf("HTTP version %q: %v", tc.version, err)
+		}
+		c.Close()
+		if got := h.proto.Load(); got != tc.want {
+			t.Errorf("HTTP version %q: the request arrived over HTTP/%d, want HTTP/%d", tc.version, got, tc.want)
+		}
+	}
+}
+
+// TestH2CNeedsAServerSpeakingIt checks what HTTP2 costs against a
+// plain-http server that speaks HTTP/1.1 only: the store is unavailable,
+// while the default reaches it.
+func TestH2CNeedsAServerSpeakingIt(t *testing.T) {
+	h := newHarness(t)
+	old := httptest.NewServer(http.HandlerFunc(h.serve)) // HTTP/1.1 only
+	defer old.Close()
+	cfg := h.config()
+	cfg.URL = old.URL
+	req := &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}}
+	c := client.New(cfg)
+	defer c.Close()
+	if _, err := engine.New(c).Do(ctxT(t), req); err != nil {
+		t.Fatalf("the default to an HTTP/1.1-only server: %v", err)
+	}
+	cfg.HTTPVersion = client.HTTP2
+	c2 := client.New(cfg)
+	defer c2.Close()
+	if _, err := engine.New(c2).Do(ctxT(t), req); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("h2c to an HTTP/1.1-only server: %v, want ErrUnavailable", err)
 	}
 }

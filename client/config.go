@@ -36,6 +36,31 @@ const (
 	EnvFamily    = "SLUICE_FAMILY"     // the family this process sends by default
 	EnvFamilies  = "SLUICE_FAMILIES"   // comma list of the families this process assigns to the server
 	EnvBackend   = "SLUICE_BACKEND"    // "off" reports the store unavailable to every caller
+	// EnvHTTPVersion selects the HTTP version: "2" or "1.1" (default: see
+	// HTTPVersion).
+	EnvHTTPVersion = "SLUICE_HTTP_VERSION"
+)
+
+// HTTPVersion selects the HTTP version a Client speaks to its server. The
+// zero HTTPVersion, the default, speaks HTTP/2 over https where the server
+// offers it by ALPN, and HTTP/1.1 over plain http: on loopback, Go's
+// HTTP/1.1 costs less CPU per call than HTTP/2 with prior knowledge (h2c),
+// whose server runs every request on a fresh goroutine
+// (docs/decisions/0050-rpc-codec-and-transport.md).
+type HTTPVersion string
+
+// The HTTP versions.
+const (
+	// HTTP2 multiplexes every call over one connection (and opens more
+	// when the server's limit of concurrent streams is reached). Over
+	// https it is negotiated by ALPN, falling back to HTTP/1.1 with a
+	// server that does not offer it; over plain http it is spoken with
+	// prior knowledge (h2c), which the server must accept, as sluice serve
+	// does.
+	HTTP2 HTTPVersion = "2"
+	// HTTP1 sends each call on a pooled keep-alive HTTP/1.1 connection of
+	// its own: as many connections as concurrent calls, over https too.
+	HTTP1 HTTPVersion = "1.1"
 )
 
 // Config configures a Client. Start from DefaultConfig or ConfigFromEnv.
@@ -71,6 +96,11 @@ type Config struct {
 	// fail mode, without contacting the server. The connection settings
 	// are then not required.
 	Off bool
+
+	// HTTPVersion selects the HTTP version of the client's own transport
+	// (see HTTPVersion; empty is the default); it does not apply to an
+	// HTTPClient given below.
+	HTTPVersion HTTPVersion
 
 	// HTTPClient sends the requests. Nil means a client of the package's
 	// own with pooled keep-alive connections; a client given here must not
@@ -120,6 +150,9 @@ func ConfigFromEnv() (Config, error) {
 			cfg.Families = append(cfg.Families, name)
 		}
 	}
+	if v, ok := os.LookupEnv(EnvHTTPVersion); ok {
+		cfg.HTTPVersion = HTTPVersion(strings.TrimSpace(v))
+	}
 	switch v := os.Getenv(EnvBackend); v {
 	case "":
 	case "off":
@@ -147,6 +180,11 @@ func (c Config) Validate() error {
 		if c.Pepper != "" && c.Pepper == c.Secret {
 			errs = append(errs, errors.New("key pepper equals the signing secret (use two independent values)"))
 		}
+	}
+	switch c.HTTPVersion {
+	case "", HTTP2, HTTP1:
+	default:
+		errs = append(errs, fmt.Errorf("HTTP version %q (want %s or %s)", c.HTTPVersion, HTTP2, HTTP1))
 	}
 	if c.Family != "" {
 		if err := validateFamily(c.Family); err != nil {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,6 +26,35 @@ func TestConfigTimeoutClamped(t *testing.T) {
 		}
 		if got := New(cfg).s.timeout; got != want {
 			t.Errorf("Timeout %v: client uses %v, want %v", in, got, want)
+		}
+	}
+}
+
+// TestTransportProtocols checks the HTTP versions the client's transport
+// offers for each setting and scheme.
+func TestTransportProtocols(t *testing.T) {
+	for _, tc := range []struct {
+		version           HTTPVersion
+		url               string
+		http1, http2, h2c bool
+	}{
+		{"", "https://sluice.example", true, true, false},
+		{"", "HTTPS://sluice.example", true, true, false},
+		{"", "http://127.0.0.1:7420", true, false, false},
+		{HTTP2, "https://sluice.example", true, true, false},
+		{HTTP2, "http://127.0.0.1:7420", false, false, true},
+		{HTTP1, "https://sluice.example", true, false, false},
+		{HTTP1, "http://127.0.0.1:7420", true, false, false},
+	} {
+		cfg := DefaultConfig()
+		cfg.URL, cfg.Secret, cfg.Pepper, cfg.HTTPVersion = tc.url, strings.Repeat("s", 32), strings.Repeat("p", 32), tc.version
+		c := New(cfg)
+		if err := c.Err(); err != nil {
+			t.Fatal(err)
+		}
+		p := c.s.transport.Protocols
+		if p.HTTP1() != tc.http1 || p.HTTP2() != tc.http2 || p.UnencryptedHTTP2() != tc.h2c {
+			t.Errorf("%q to %s: %v, want HTTP/1 %v, HTTP/2 %v, h2c %v", tc.version, tc.url, p, tc.http1, tc.http2, tc.h2c)
 		}
 	}
 }

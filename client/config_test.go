@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		"off needs no server":   func(c *client.Config) { *c = client.DefaultConfig(); c.Off = true },
 		"families":              func(c *client.Config) { c.Families = []string{"proxy", "replay"} },
 		"empty family: default": func(c *client.Config) { c.Family = "" },
+		"HTTP/2":                func(c *client.Config) { c.HTTPVersion = client.HTTP2 },
+		"HTTP/1.1":              func(c *client.Config) { c.HTTPVersion = client.HTTP1 },
 	}
 	for name, mutate := range ok {
 		t.Run(name, func(t *testing.T) {
@@ -61,6 +63,7 @@ func TestConfigValidate(t *testing.T) {
 		"long family":       {func(c *client.Config) { c.Family = strings.Repeat("f", 65) }, "family name of 65"},
 		"bad assigned":      {func(c *client.Config) { c.Families = []string{"ok", "no,comma"} }, "assigned family"},
 		"off, bad families": {func(c *client.Config) { c.Off = true; c.Families = []string{""} }, "assigned family"},
+		"HTTP/3":            {func(c *client.Config) { c.HTTPVersion = "3" }, `HTTP version "3"`},
 	}
 	for name, tc := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -87,19 +90,20 @@ func TestConfigValidate(t *testing.T) {
 
 // setEnv sets every SLUICE_* variable, unset ones to empty.
 func setEnv(t *testing.T, vars map[string]string) {
-	for _, name := range []string{client.EnvURL, client.EnvSecret, client.EnvPepper, client.EnvTimeoutMs, client.EnvFamily, client.EnvFamilies, client.EnvBackend} {
+	for _, name := range []string{client.EnvURL, client.EnvSecret, client.EnvPepper, client.EnvTimeoutMs, client.EnvFamily, client.EnvFamilies, client.EnvBackend, client.EnvHTTPVersion} {
 		t.Setenv(name, vars[name])
 	}
 }
 
 func TestConfigFromEnv(t *testing.T) {
 	setEnv(t, map[string]string{
-		client.EnvURL:       "https://sluice.internal:7443",
-		client.EnvSecret:    goodSecret,
-		client.EnvPepper:    goodPepper,
-		client.EnvTimeoutMs: "1200",
-		client.EnvFamily:    "proxy",
-		client.EnvFamilies:  " proxy, replay ,,password",
+		client.EnvURL:         "https://sluice.internal:7443",
+		client.EnvSecret:      goodSecret,
+		client.EnvPepper:      goodPepper,
+		client.EnvTimeoutMs:   "1200",
+		client.EnvFamily:      "proxy",
+		client.EnvFamilies:    " proxy, replay ,,password",
+		client.EnvHTTPVersion: "1.1",
 	})
 	cfg, err := client.ConfigFromEnv()
 	if err != nil {
@@ -108,8 +112,8 @@ func TestConfigFromEnv(t *testing.T) {
 	if cfg.URL != "https://sluice.internal:7443" || cfg.Secret != goodSecret || cfg.Pepper != goodPepper {
 		t.Fatalf("connection settings: %+v", cfg)
 	}
-	if cfg.Timeout != 1200*time.Millisecond || cfg.Family != "proxy" || cfg.Off {
-		t.Fatalf("timeout %v family %q off %v", cfg.Timeout, cfg.Family, cfg.Off)
+	if cfg.Timeout != 1200*time.Millisecond || cfg.Family != "proxy" || cfg.Off || cfg.HTTPVersion != client.HTTP1 {
+		t.Fatalf("timeout %v family %q off %v HTTP version %q", cfg.Timeout, cfg.Family, cfg.Off, cfg.HTTPVersion)
 	}
 	if !slices.Equal(cfg.Families, []string{"proxy", "replay", "password"}) {
 		t.Fatalf("families %q", cfg.Families)
@@ -142,8 +146,8 @@ func TestConfigFromEnvDefaultsAndClamping(t *testing.T) {
 		if cfg.Timeout != want {
 			t.Errorf("%s=%q: timeout %v, want %v", client.EnvTimeoutMs, v, cfg.Timeout, want)
 		}
-		if cfg.Family != client.DefaultFamily || len(cfg.Families) != 0 || cfg.Off {
-			t.Errorf("defaults: family %q families %q off %v", cfg.Family, cfg.Families, cfg.Off)
+		if cfg.Family != client.DefaultFamily || len(cfg.Families) != 0 || cfg.Off || cfg.HTTPVersion != "" {
+			t.Errorf("defaults: family %q families %q off %v HTTP version %q", cfg.Family, cfg.Families, cfg.Off, cfg.HTTPVersion)
 		}
 	}
 }
@@ -160,6 +164,8 @@ func TestConfigFromEnvProblemsTurnTheClientOff(t *testing.T) {
 			client.EnvBackend: "redis"}, client.EnvBackend},
 		"cleartext URL": {map[string]string{client.EnvURL: "http://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper}, "plain http"},
 		"short pepper":  {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: "pepper"}, "key pepper is 6"},
+		"unknown HTTP version": {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper,
+			client.EnvHTTPVersion: "h2c"}, "HTTP version"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

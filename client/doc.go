@@ -34,6 +34,16 @@ A [Config] comes from a struct ([DefaultConfig]) or from the environment
 	SLUICE_FAMILIES    comma list of the families this process assigns to
 	                   the server (see Client.Assigned)
 	SLUICE_BACKEND     "off" reports the store unavailable to every caller
+	SLUICE_HTTP_VERSION
+	                   "2" for HTTP/2 with prior knowledge (h2c) on plain
+	                   http, "1.1" for HTTP/1.1 everywhere; unset: HTTP/1.1
+	                   on plain http, HTTP/2 over https where offered
+
+The default HTTP version is the cheaper one for each: on plain http
+(loopback), HTTP/1.1 over pooled keep-alive connections costs less CPU per
+call than h2c in Go's HTTP stack; over https, HTTP/2 keeps one TLS
+connection for every call. [HTTP2] asks for h2c, which sluice serve
+accepts but a plain HTTP/1.1 server does not.
 
 An invalid configuration — a missing or cleartext URL, a missing or short
 secret or pepper, a malformed variable — never falls back to anything: [New]

@@ -32,7 +32,16 @@ func startServer() (*httptest.Server, client.Config) {
 	scfg := server.DefaultConfig()
 	scfg.Secrets = []string{exampleSecret}
 	scfg.OperatorToken = exampleToken
-	srv := httptest.NewServer(server.New(engine.New(store), scfg))
+	handler := server.New(engine.New(store), scfg)
+	// Served as sluice serve serves it: HTTP/1.1, and HTTP/2 (h2c) for a
+	// client configured with client.HTTP2.
+	hs, err := server.NewHTTPServer(handler, server.DefaultHTTPConfig())
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewUnstartedServer(handler)
+	srv.Config = hs
+	srv.Start()
 
 	cfg := client.DefaultConfig()
 	cfg.URL = srv.URL // http is accepted on loopback only; use https elsewhere

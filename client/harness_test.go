@@ -40,6 +40,7 @@ type harness struct {
 	store  *recordingStore
 	clock  *testclock.Clock // the store's clock
 	rpcs   atomic.Int64     // POST /v1/rpc requests that reached the front
+	proto  atomic.Int64     // the HTTP major version of the last of them
 	down   atomic.Bool      // answer 503 without reaching the server
 	mu     sync.Mutex
 	bodies [][]byte
@@ -61,14 +62,29 @@ func newHarness(t testing.TB) *harness {
 	scfg.Secrets = []string{testSecret}
 	scfg.OperatorToken = testToken
 	h.rpc = server.New(engine.New(h.store), scfg)
-	h.srv = httptest.NewServer(http.HandlerFunc(h.serve))
-	t.Cleanup(h.srv.Close)
+	h.srv = startHTTPServer(t, http.HandlerFunc(h.serve))
 	return h
+}
+
+// startHTTPServer serves h on a loopback port as sluice serve does, with
+// server.NewHTTPServer: HTTP/1.1 and HTTP/2 with prior knowledge.
+func startHTTPServer(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	hs, err := server.NewHTTPServer(h, server.DefaultHTTPConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config = hs
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 func (h *harness) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == wire.PathRPC {
 		h.rpcs.Add(1)
+		h.proto.Store(int64(r.ProtoMajor))
 		body, _ := io.ReadAll(r.Body)
 		h.mu.Lock()
 		h.bodies = append(h.bodies, body)
@@ -197,7 +213,7 @@ func fixed(key string, limit, windowMs int64) engine.Window {
 func scripted(t *testing.T, status int, contentType, body string) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := startHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
 		if contentType != "" {
 			w.Header().Set("Content-Type", contentType)
@@ -208,7 +224,6 @@ func scripted(t *testing.T, status int, contentType, body string) (*httptest.Ser
 		w.WriteHeader(status)
 		io.WriteString(w, body)
 	}))
-	t.Cleanup(srv.Close)
 	return srv, &n
 }
 

@@ -14,13 +14,23 @@ import (
 const hour = int64(time.Hour / time.Millisecond)
 
 // TestSignatureRejectedWithZeroWork sends requests that each carry a
-// mutation and fail authentication, and checks that each is answered 401
-// and that its mutation never happened.
+// mutation and fail authentication, over HTTP/1.1 and h2c, and checks that
+// each is answered 401 and that its mutation never happened.
 func TestSignatureRejectedWithZeroWork(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{})
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) { checkSignatureRejected(t, s, p.client, p.major) })
+	}
+}
+
+func checkSignatureRejected(t *testing.T, s *server, hc *http.Client, major int) {
 	secret := s.secret()
 	now := time.Now().Unix()
+	send := func(t testing.TB, req *http.Request) answer { return sendWith(t, hc, major, req) }
+	signedPost := func(t testing.TB, baseURL, secret string, ts int64, body []byte) answer {
+		return send(t, signedRequest(t, baseURL, secret, ts, body))
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -81,16 +91,18 @@ func TestSignatureRejectedWithZeroWork(t *testing.T) {
 	}
 }
 
-// TestBadMACBeforeJSON checks that authentication comes before parsing: a
-// malformed body with a bad signature is 401, and only a correctly signed
-// one reaches the parser and gets 400.
+// TestBadMACBeforeJSON checks that authentication comes before parsing,
+// over HTTP/1.1 and h2c: a malformed body with a bad signature is 401, and
+// only a correctly signed one reaches the parser and gets 400.
 func TestBadMACBeforeJSON(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{})
 	now := time.Now().Unix()
-	for _, body := range []string{`{"operationId":`, `not json at all`, `{"unknown":1}`, ``} {
-		signedPost(t, s.URL, strings.Repeat("x", 64), now, []byte(body)).problem(t, wire.CodeUnauthorized)
-		signedPost(t, s.URL, s.secret(), now, []byte(body)).problem(t, wire.CodeInvalid)
+	for _, p := range protocols {
+		for _, body := range []string{`{"operationId":`, `not json at all`, `{"unknown":1}`, ``} {
+			sendWith(t, p.client, p.major, signedRequest(t, s.URL, strings.Repeat("x", 64), now, []byte(body))).problem(t, wire.CodeUnauthorized)
+			sendWith(t, p.client, p.major, signedRequest(t, s.URL, s.secret(), now, []byte(body))).problem(t, wire.CodeInvalid)
+		}
 	}
 }
 

@@ -32,11 +32,34 @@ var httpClient = &http.Client{
 	},
 }
 
+// h2cClient speaks HTTP/2 with prior knowledge (h2c), as a client
+// configured with client.HTTP2 does over plain http.
+var h2cClient = &http.Client{
+	Timeout:   30 * time.Second,
+	Transport: &http.Transport{Protocols: h2cOnly(), IdleConnTimeout: 10 * time.Second},
+}
+
+func h2cOnly() *http.Protocols {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &p
+}
+
+// protocols are the two ways a client reaches a plain-http server, for the
+// tests that must hold over both.
+var protocols = []struct {
+	name   string
+	client *http.Client
+	major  int
+}{{"http1", httpClient, 1}, {"h2c", h2cClient, 2}}
+
 // answer is a server's answer, read whole.
 type answer struct {
 	Status int
 	Header http.Header
 	Body   []byte
+	// ProtoMajor is the HTTP major version the answer came in.
+	ProtoMajor int
 }
 
 // response decodes a 200 answer.
@@ -91,7 +114,21 @@ func trySend(hc *http.Client, req *http.Request) (answer, error) {
 	if err != nil {
 		return answer{}, fmt.Errorf("reading the answer: %w", err)
 	}
-	return answer{Status: resp.StatusCode, Header: resp.Header, Body: body}, nil
+	return answer{Status: resp.StatusCode, Header: resp.Header, Body: body, ProtoMajor: resp.ProtoMajor}, nil
+}
+
+// sendWith sends req with hc and reads the answer, checking that it came in
+// HTTP major version major.
+func sendWith(t testing.TB, hc *http.Client, major int, req *http.Request) answer {
+	t.Helper()
+	a, err := trySend(hc, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ProtoMajor != major {
+		t.Fatalf("an answer over HTTP/%d, want HTTP/%d", a.ProtoMajor, major)
+	}
+	return a
 }
 
 // signedPost posts body to the RPC endpoint of baseURL signed with secret at

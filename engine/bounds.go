@@ -246,8 +246,8 @@ func checkKey(what, k string) error {
 		return invalid("%s starts with a NUL byte (reserved)", what)
 	}
 	if !utf8.ValidString(k) {
-		// The wire (JSON) and Step.Hash would map distinct invalid
-		// sequences to one string.
+		// The wire (JSON) would map distinct invalid sequences to
+		// one string.
 		return invalid("%s is not valid UTF-8", what)
 	}
 	return nil

@@ -3,9 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sync"
 )
@@ -86,16 +84,6 @@ func (e *Engine) apply(ctx context.Context, b *Batch, out *StepResult) error {
 }
 
 var batches = sync.Pool{New: func() any { return new(Batch) }}
-
-// Hash identifies a step's partition and commands for replay records: an
-// operation id replayed with a different hash is rejected.
-func (s *Step) Hash() ([32]byte, error) {
-	enc, err := json.Marshal(s)
-	if err != nil {
-		return [32]byte{}, fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
-	return sha256.Sum256(enc), nil
-}
 
 // NewOperationID returns a fresh random operation id: 128 bits, hex.
 func NewOperationID() string {

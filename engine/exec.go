@@ -54,11 +54,7 @@ func (x *Executor) Run(v View, now int64, b *Batch, out *StepResult) ([]Write, e
 	if replay != "" && x.mutated {
 		start := len(x.arena)
 		x.arena = append(x.arena, b.Hash[:]...)
-		enc, err := json.Marshal(out)
-		if err != nil {
-			return nil, fmt.Errorf("%w: encoding replay record: %w", ErrCorrupt, err)
-		}
-		x.arena = append(x.arena, enc...)
+		x.arena = out.AppendJSON(x.arena)
 		x.put(replay, RecReplay, now+ReplayTTL.Milliseconds(), x.arena[start:len(x.arena):len(x.arena)])
 	}
 	return x.pending, nil

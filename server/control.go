@@ -60,7 +60,7 @@ func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
 func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := wire.ReadBody(r.Body, maxControlBody)
 	if err != nil {
-		writeProblem(w, wire.CodeTooLarge, "operator body over 4 KiB")
+		writeTooLarge(w, r, "operator body over 4 KiB")
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {

@@ -70,6 +70,14 @@ func (c HTTPConfig) Validate() error {
 // NewHTTPServer returns an http.Server serving h within the bounds of cfg.
 // The caller sets Addr or passes a listener to Serve, adds a TLSConfig if it
 // serves TLS, and calls Shutdown to drain in-flight requests.
+//
+// The server speaks HTTP/1.1 and HTTP/2: over TLS, HTTP/2 as negotiated by
+// ALPN; over plain TCP, HTTP/2 with prior knowledge (h2c), told apart from
+// HTTP/1.1 by its connection preface. The bounds of cfg hold for both: the
+// timeouts apply to each HTTP/2 stream as to each HTTP/1.1 request, the
+// header bound is HTTP/2's header list bound (431 beyond it), and an
+// HTTP/2 stream may send at most MaxStreamWindow bytes of body before its
+// handler reads them.
 func NewHTTPServer(h http.Handler, cfg HTTPConfig) (*http.Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -78,6 +86,10 @@ func NewHTTPServer(h http.Handler, cfg HTTPConfig) (*http.Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(true)
+	protocols.SetUnencryptedHTTP2(true)
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -85,6 +97,33 @@ func NewHTTPServer(h http.Handler, cfg HTTPConfig) (*http.Server, error) {
 		WriteTimeout:      cfg.WriteTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Protocols:         &protocols,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          MaxConcurrentStreams,
+			MaxReceiveBufferPerStream:     MaxStreamWindow,
+			MaxReceiveBufferPerConnection: MaxConnectionWindow,
+		},
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}, nil
 }
+
+// The HTTP/2 bounds of NewHTTPServer's servers.
+const (
+	// MaxConcurrentStreams bounds the requests one HTTP/2 connection may
+	// have in flight at once; a client that needs more opens another
+	// connection (Go's transport does so by itself).
+	MaxConcurrentStreams = 256
+	// MaxStreamWindow is the flow-control window of an HTTP/2 request
+	// body: what a client may send before the server reads it. It is the
+	// protocol's initial window (64 KiB − 1), far above the largest body,
+	// so a valid body never waits for a window update. Go's default, 1 MiB,
+	// would let a refused body cost that much; a window below the initial
+	// one would be overrun by clients that send before they have read the
+	// server's settings, which the server then resets without an answer.
+	// An oversized body costs the server at most this window and the
+	// wire.MaxBody+1 bytes the handler's read gives back before the 413.
+	MaxStreamWindow = 64<<10 - 1
+	// MaxConnectionWindow is the flow-control window of an HTTP/2
+	// connection: the unread request bodies of all its streams together.
+	MaxConnectionWindow = 1 << 20
+)

@@ -9,17 +9,17 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -114,7 +114,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > wire.MaxBody {
-		writeProblem(w, wire.CodeTooLarge, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, wire.MaxBody))
+		writeTooLarge(w, r, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, wire.MaxBody))
 		return
 	}
 	ts, sig := r.Header.Get(wire.HeaderTimestamp), r.Header.Get(wire.HeaderSignature)
@@ -122,9 +122,11 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, wire.CodeUnauthorized, wire.ErrMissingSignature.Error())
 		return
 	}
-	body, err := wire.ReadBody(r.Body, wire.MaxBody)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	body, err := wire.AppendBody((*buf)[:0], r.Body, wire.MaxBody)
 	if errors.Is(err, wire.ErrBodyTooLarge) {
-		writeProblem(w, wire.CodeTooLarge, fmt.Sprintf("body over the %d-byte bound", wire.MaxBody))
+		writeTooLarge(w, r, fmt.Sprintf("body over the %d-byte bound", wire.MaxBody))
 		return
 	}
 	if err != nil {
@@ -135,6 +137,7 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, wire.CodeUnauthorized, err.Error())
 		return
 	}
+	// The request holds no reference to the body: every string is a copy.
 	req, err := decodeRequest(body)
 	if err != nil {
 		writeProblem(w, wire.CodeInvalid, err.Error())
@@ -160,25 +163,50 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	// The body is read and decoded: its buffer now takes the answer.
+	*buf = append(wire.AppendResponse((*buf)[:0], resp), '\n')
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Content-Length"] = []string{strconv.Itoa(len(*buf))}
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(*buf)
 }
+
+// jsonContentType is the Content-Type of every JSON answer. Handlers assign
+// it to the header map as it is; net/http never modifies it.
+var jsonContentType = []string{"application/json"}
 
 // decodeRequest parses and validates an RPC body strictly: unknown fields,
 // trailing data and out-of-bounds values are all errors.
 func decodeRequest(body []byte) (*wire.Request, error) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var req wire.Request
-	if err := dec.Decode(&req); err != nil {
-		return nil, fmt.Errorf("malformed JSON: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("malformed JSON: data after the request object")
+	if err := wire.DecodeRequest(body, &req); err != nil {
+		return nil, err
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	return &req, nil
+}
+
+// buffers recycles the buffers the RPC handler reads a body into and writes
+// its answer from. Each has room for the largest body and the byte that
+// shows it too large; one that an answer grew past maxPooledBuffer is
+// dropped rather than kept.
+var buffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, wire.MaxBody+1)
+	return &b
+}}
+
+const maxPooledBuffer = 64 << 10
+
+func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
+
+func putBuffer(b *[]byte) {
+	if cap(*b) <= maxPooledBuffer {
+		*b = (*b)[:0]
+		buffers.Put(b)
+	}
 }
 
 // writeError maps an engine, admission or store error to its answer.
@@ -233,14 +261,22 @@ func writeProblem(w http.ResponseWriter, code wire.Code, reason string) {
 	if code == wire.CodeStopped || code == wire.CodeUnavailable {
 		w.Header().Set("Retry-After", "30")
 	}
-	if code == wire.CodeTooLarge {
-		// Close the connection: otherwise net/http first drains up to
-		// 256 KiB more of an oversized body, hoping to keep it alive,
-		// before it sends the refusal.
-		w.Header().Set("Connection", "close")
-	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// writeTooLarge refuses an oversized body. Over HTTP/1 it closes the
+// connection: otherwise net/http first drains up to 256 KiB more of the
+// body, hoping to keep the connection alive, before it sends the refusal.
+// HTTP/2 needs no such thing: the stream's flow-control window bounds what
+// the client can send, and the server resets that stream once the handler
+// returns, leaving the connection to the other requests that share it
+// (a Connection header would make net/http send GOAWAY instead).
+func writeTooLarge(w http.ResponseWriter, r *http.Request, reason string) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	writeProblem(w, wire.CodeTooLarge, reason)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

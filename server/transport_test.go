@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,9 +11,13 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
@@ -54,23 +60,30 @@ func (b *countingBody) Read(p []byte) (int, error) {
 func (b *countingBody) Close() error { return nil }
 
 // TestRPCReadsAtMostTheBoundPlusOne sends 100 MB bodies that announce their
-// size in three ways and checks that the handler refuses each with 413
-// after reading at most wire.MaxBody+1 bytes.
+// size in three ways, over HTTP/1.1 and HTTP/2, and checks that the handler
+// refuses each with 413 after reading at most wire.MaxBody+1 bytes, closing
+// an HTTP/1.1 connection but not an HTTP/2 one (other requests share it;
+// net/http would answer Connection: close with GOAWAY).
 func TestRPCReadsAtMostTheBoundPlusOne(t *testing.T) {
 	s := newBoundServer(t)
 	for _, tc := range []struct {
 		name          string
 		contentLength int64
 		maxRead       int64
+		proto         int
+		connection    string
 	}{
-		{"chunked", -1, wire.MaxBody + 1},
-		{"lying content-length", 100, wire.MaxBody + 1},
-		{"honest content-length", hugeBody, 0},
+		{"chunked", -1, wire.MaxBody + 1, 1, "close"},
+		{"lying content-length", 100, wire.MaxBody + 1, 1, "close"},
+		{"honest content-length", hugeBody, 0, 1, "close"},
+		{"HTTP/2 streamed", -1, wire.MaxBody + 1, 2, ""},
+		{"HTTP/2 declared length", hugeBody, 0, 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := &countingBody{left: hugeBody}
 			req := httptest.NewRequest(http.MethodPost, wire.PathRPC, nil)
 			req.Body, req.ContentLength = body, tc.contentLength
+			req.ProtoMajor, req.ProtoMinor, req.Proto = tc.proto, 0, fmt.Sprintf("HTTP/%d.0", tc.proto)
 			ts := time.Now().Unix()
 			req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
 			req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(strings.Repeat("s", wire.MinSecretLen)), ts, http.MethodPost, wire.PathRPC, nil))
@@ -82,8 +95,8 @@ func TestRPCReadsAtMostTheBoundPlusOne(t *testing.T) {
 			if got := body.read.Load(); got > tc.maxRead {
 				t.Errorf("the handler read %d bytes of the body, want at most %d", got, tc.maxRead)
 			}
-			if got := rec.Header().Get("Connection"); got != "close" {
-				t.Errorf("Connection %q, want close (so net/http does not drain the rest)", got)
+			if got := rec.Header().Get("Connection"); got != tc.connection {
+				t.Errorf("Connection %q, want %q", got, tc.connection)
 			}
 		})
 	}
@@ -220,5 +233,355 @@ func TestMethodAndPathAnswers(t *testing.T) {
 		if rec.Code != tc.status || rec.Header().Get("Allow") != tc.allow || rec.Header().Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s: %d Allow %q %s, want %d Allow %q", tc.method, tc.path, rec.Code, rec.Header().Get("Allow"), rec.Header().Get("Content-Type"), tc.status, tc.allow)
 		}
+	}
+}
+
+// testSecret signs the requests of the transport tests (see
+// newBoundServer).
+var testSecret = []byte(strings.Repeat("s", wire.MinSecretLen))
+
+// serveHTTP serves h with server.NewHTTPServer and cfg on a loopback
+// listener wrapped by wrap (if not nil), and returns its base URL.
+func serveHTTP(t *testing.T, h http.Handler, cfg server.HTTPConfig, wrap func(net.Listener) net.Listener) string {
+	t.Helper()
+	hs, err := server.NewHTTPServer(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrap != nil {
+		ln = wrap(ln)
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	t.Cleanup(func() {
+		hs.Close()
+		if err := <-served; err != http.ErrServerClosed {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// transport returns a client transport speaking HTTP/1.1 only, or HTTP/2
+// with prior knowledge (h2c) only.
+func transport(t *testing.T, h2c bool) *http.Transport {
+	var p http.Protocols
+	p.SetHTTP1(!h2c)
+	p.SetUnencryptedHTTP2(h2c)
+	tr := &http.Transport{Protocols: &p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// signedRPC returns a POST of body to the RPC endpoint of base, signed
+// with testSecret.
+func signedRPC(t *testing.T, base string, body io.Reader, signed []byte) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+wire.PathRPC, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Now().Unix()
+	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(wire.HeaderSignature, wire.Sign(testSecret, ts, http.MethodPost, wire.PathRPC, signed))
+	return req
+}
+
+const incrBody = `{"operationId":"op","family":"default","steps":[{"partition":"p","commands":[{"op":"kv.incr","key":"n","delta":1,"ttlMs":60000}]}]}`
+
+// TestServesHTTP1AndH2C sends an RPC over HTTP/1.1 and over HTTP/2 with
+// prior knowledge to one server: it answers each in its own protocol.
+func TestServesHTTP1AndH2C(t *testing.T) {
+	base := serveHTTP(t, newBoundServer(t), server.DefaultHTTPConfig(), nil)
+	for _, h2c := range []bool{false, true} {
+		resp, err := transport(t, h2c).RoundTrip(signedRPC(t, base, strings.NewReader(incrBody), []byte(incrBody)))
+		if err != nil {
+			t.Fatalf("h2c %v: %v", h2c, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := 1
+		if h2c {
+			want = 2
+		}
+		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != want {
+			t.Errorf("h2c %v: answer %d over %s, want 200 over HTTP/%d: %s", h2c, resp.StatusCode, resp.Proto, want, body)
+		}
+	}
+}
+
+// TestServesHTTP2OverTLS checks that the server still negotiates HTTP/2
+// over TLS.
+func TestServesHTTP2OverTLS(t *testing.T) {
+	hs, err := server.NewHTTPServer(newBoundServer(t), server.DefaultHTTPConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(hs.Handler)
+	ts.Config = hs
+	ts.EnableHTTP2 = true
+	ts.StartTLS()
+	defer ts.Close()
+	resp, err := ts.Client().Do(signedRPC(t, ts.URL, strings.NewReader(incrBody), []byte(incrBody)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		t.Errorf("answer %d over %s, want 200 over HTTP/2", resp.StatusCode, resp.Proto)
+	}
+}
+
+// closeNotifyingListener signals on closed when a connection it accepted
+// fails a read (the peer closed it) after counting what was read.
+type closeNotifyingListener struct {
+	net.Listener
+	counts *socketCounts
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *closeNotifyingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &notifyingConn{Conn: c, l: l}, nil
+}
+
+type notifyingConn struct {
+	net.Conn
+	l *closeNotifyingListener
+}
+
+func (c *notifyingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.l.counts.read.Add(int64(n))
+	if err != nil {
+		c.l.once.Do(func() { close(c.l.closed) })
+	}
+	return n, err
+}
+
+// TestRPCBodyBoundOverHTTP2 streams a 100 MB body over HTTP/2 with prior
+// knowledge, without and with a declared length, and checks that the
+// refusal comes while the client is still sending, that the server took
+// off the socket no more than the stream's flow-control window and the
+// window update the handler's read of the bound plus one byte gave back,
+// and that the connection, which other requests share, stays open for the
+// next request.
+func TestRPCBodyBoundOverHTTP2(t *testing.T) {
+	for _, declared := range []bool{false, true} {
+		name := "streamed"
+		if declared {
+			name = "declared length"
+		}
+		t.Run(name, func(t *testing.T) {
+			counts := &socketCounts{}
+			ln := &closeNotifyingListener{counts: counts, closed: make(chan struct{})}
+			var accepted atomic.Int64
+			base := serveHTTP(t, newBoundServer(t), server.DefaultHTTPConfig(), func(l net.Listener) net.Listener {
+				ln.Listener = countingAccepts{l, &accepted}
+				return ln
+			})
+			tr := transport(t, true)
+
+			body := &countingBody{left: hugeBody}
+			req := signedRPC(t, base, body, nil)
+			if declared {
+				req.ContentLength = hugeBody
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.ProtoMajor != 2 {
+				t.Fatalf("answer %d over %s, want 413 over HTTP/2", resp.StatusCode, resp.Proto)
+			}
+			if got := body.read.Load(); got >= hugeBody {
+				t.Errorf("the client sent the whole body (%d bytes) before the refusal", got)
+			}
+
+			// The next request goes over the same connection.
+			resp, err = tr.RoundTrip(signedRPC(t, base, strings.NewReader(incrBody), []byte(incrBody)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("the request after the refusal: answer %d", resp.StatusCode)
+			}
+			if n := accepted.Load(); n != 1 {
+				t.Errorf("%d connections for two requests, want the refused one's kept", n)
+			}
+
+			tr.CloseIdleConnections()
+			<-ln.closed
+			// The preface, settings and frame headers, two requests' headers
+			// and the small body.
+			const slack = 8 << 10
+			if max := server.MaxStreamWindow + wire.MaxBody + 1 + slack; counts.read.Load() > int64(max) {
+				t.Errorf("the server read %d bytes off the socket, want at most %d", counts.read.Load(), max)
+			}
+		})
+	}
+}
+
+// countingAccepts counts the connections it accepts.
+type countingAccepts struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingAccepts) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestHeaderBoundOverHTTP2 sends HTTP/2 requests whose header lists are
+// over the server's header bound, with a raw framer (Go's own client
+// refuses to send them): one a little over, which is answered 431, and one
+// far over, for which the server closes the connection without decoding
+// it all. The handler never runs.
+func TestHeaderBoundOverHTTP2(t *testing.T) {
+	var ran atomic.Bool
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Store(true) })
+	cfg := server.DefaultHTTPConfig()
+	base := serveHTTP(t, h, cfg, nil)
+
+	if status, closed := rawHTTP2Request(t, base, cfg.MaxHeaderBytes+1<<10); closed || status != "431" {
+		t.Errorf("a little over the bound: status %q, connection closed %v; want 431", status, closed)
+	}
+	if status, closed := rawHTTP2Request(t, base, 4*cfg.MaxHeaderBytes); !closed {
+		t.Errorf("far over the bound: status %q, want the connection closed", status)
+	}
+	if ran.Load() {
+		t.Error("the handler ran")
+	}
+}
+
+// rawHTTP2Request opens an HTTP/2 connection to base with prior knowledge,
+// sends a GET with n bytes of padding headers, and returns the answer's
+// status, or whether the server closed the connection instead.
+func rawHTTP2Request(t *testing.T, base string, n int) (status string, closed bool) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	fields := []hpack.HeaderField{
+		{Name: ":method", Value: http.MethodGet}, {Name: ":scheme", Value: "http"},
+		{Name: ":authority", Value: "sluice"}, {Name: ":path", Value: wire.PathPing},
+	}
+	// Fields of 4 KiB: the server refuses a single field over the bound
+	// as an encoding error, closing the connection.
+	for i := 0; n > 0; i++ {
+		v := strings.Repeat("x", min(n, 4<<10))
+		fields = append(fields, hpack.HeaderField{Name: fmt.Sprintf("x-padding-%d", i), Value: v})
+		n -= len(v)
+	}
+	for _, f := range fields {
+		if err := enc.WriteField(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The block goes in frames of at most the protocol's initial maximum
+	// frame size.
+	const frameSize = 16 << 10
+	frag := block.Bytes()
+	first := frag[:min(len(frag), frameSize)]
+	frag = frag[len(first):]
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true, EndHeaders: len(frag) == 0}); err != nil {
+		t.Fatal(err)
+	}
+	for len(frag) > 0 {
+		n := min(len(frag), frameSize)
+		if err := fr.WriteContinuation(1, n == len(frag), frag[:n]); err != nil {
+			return "", true // the server has closed the connection
+		}
+		frag = frag[n:]
+	}
+
+	dec := hpack.NewDecoder(4096, nil)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return "", true
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				if err := fr.WriteSettingsAck(); err != nil {
+					return "", true
+				}
+			}
+		case *http2.GoAwayFrame:
+			return "", true
+		case *http2.HeadersFrame:
+			if f.StreamID != 1 {
+				continue
+			}
+			fields, err := dec.DecodeFull(f.HeaderBlockFragment())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, hf := range fields {
+				if hf.Name == ":status" {
+					return hf.Value, false
+				}
+			}
+			t.Fatal("an answer without a status")
+		}
+	}
+}
+
+// TestReadTimeoutPerRequest starts a request whose body never ends, over
+// HTTP/1.1 and over HTTP/2, and checks that the server gives up on it
+// after its read timeout, answering 400 or dropping the request: the
+// client, which would otherwise wait for its own deadline, hears from the
+// server first.
+func TestReadTimeoutPerRequest(t *testing.T) {
+	cfg := server.DefaultHTTPConfig()
+	cfg.ReadTimeout = 100 * time.Millisecond
+	base := serveHTTP(t, newBoundServer(t), cfg, nil)
+	for _, h2c := range []bool{false, true} {
+		t.Run(fmt.Sprintf("h2c %v", h2c), func(t *testing.T) {
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			go io.WriteString(pw, `{"operationId":`) // then nothing more
+			// A failure bound only: far beyond the read timeout.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			req := signedRPC(t, base, pr, nil).WithContext(ctx)
+			resp, err := transport(t, h2c).RoundTrip(req)
+			if ctx.Err() != nil {
+				t.Fatal("the server kept waiting for the body")
+			}
+			if err != nil {
+				return // the server dropped the request
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("answer %d, want 400 (the body could not be read)", resp.StatusCode)
+			}
+		})
 	}
 }

@@ -4,9 +4,16 @@
 // implementers in other languages; the two change together.
 //
 // A request is signed with HMAC-SHA256 over a version tag, the timestamp,
-// the method, the path and the raw body (see Sign). The server verifies the
-// signature before it parses any JSON and without reading more than
-// MaxBody+1 bytes of body (see ReadBody and Verifier).
+// the method, the path and the raw body (see Sign and Signer). The server
+// verifies the signature before it parses any JSON and without reading more
+// than MaxBody+1 bytes of body (see ReadBody, AppendBody and Verifier).
+//
+// The messages are JSON. AppendRequest and AppendResponse write exactly the
+// bytes json.Marshal writes, without reflection; DecodeRequest (strict:
+// unknown fields and trailing data are errors) and DecodeResponse (lenient:
+// unknown fields are skipped) decode what Sluice writes on a fast path and
+// leave everything else to encoding/json, which decides, so they accept and
+// refuse exactly what encoding/json does.
 package wire
 
 import (

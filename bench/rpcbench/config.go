@@ -14,6 +14,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/sluicehq/sluice/client"
 )
 
 // DefaultKeys is the number of distinct limiter keys calls spread over.
@@ -34,6 +36,7 @@ type Config struct {
 // The configurations, in the order the harness runs them in each round.
 const (
 	HTTPFloor  = "http-floor"
+	HTTP2Floor = "http2-floor"
 	GRPCFloor  = "grpc-floor"
 	Guber1     = "gubernator-1"
 	Guber100   = "gubernator-100"
@@ -48,7 +51,8 @@ const (
 // Configs returns every configuration, in run order.
 func Configs() []Config {
 	return []Config{
-		{Name: HTTPFloor, Title: "bare HTTP: trivial handler, same server timeouts and client transport", PerCall: 1, start: startHTTPFloor},
+		{Name: HTTPFloor, Title: "bare HTTP/1.1: trivial handler, same server and client transport", PerCall: 1, start: startHTTPFloor(client.HTTP1)},
+		{Name: HTTP2Floor, Title: "bare HTTP/2 (h2c): trivial handler, same server and client transport", PerCall: 1, start: startHTTPFloor(client.HTTP2)},
 		{Name: GRPCFloor, Title: "bare gRPC: unary health check", PerCall: 1, start: startGRPCFloor},
 		{Name: Guber1, Title: "gubernator v2, in memory, 1 check per call", PerCall: 1, start: startGuber(1)},
 		{Name: Guber100, Title: "gubernator v2, in memory, 100 checks per call", PerCall: guberBatch, start: startGuber(guberBatch)},

@@ -31,36 +31,56 @@ var (
 )
 
 type httpFloor struct {
-	url  string
-	srv  *http.Server
-	tr   *http.Transport
-	http *http.Client
+	proto int // the HTTP major version the floor must be answered in
+	url   string
+	srv   *http.Server
+	tr    *http.Transport
+	http  *http.Client
 }
 
 // newFloorTransport returns a transport with the settings of the client
-// package's own (client.New without an HTTPClient): keep-alive connections,
-// up to 256 idle per host, dial and TLS handshake bounded by the call
-// timeout. Keep the two in step.
-func newFloorTransport(timeout time.Duration) *http.Transport {
+// package's own (client.New without an HTTPClient) for a plain-http server
+// and version: keep-alive connections, up to 256 idle per host, dial and
+// TLS handshake bounded by the call timeout, no gzip; HTTP/2 with prior
+// knowledge (h2c) or HTTP/1.1 alone. Keep the two in step.
+func newFloorTransport(timeout time.Duration, version client.HTTPVersion) *http.Transport {
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	var protocols http.Protocols
+	if version == client.HTTP2 {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP1(true)
+	}
 	return &http.Transport{
 		Proxy:                  http.ProxyFromEnvironment,
 		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
+		Protocols:              &protocols,
 		MaxIdleConns:           256,
 		MaxIdleConnsPerHost:    256,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    timeout,
 		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
+		HTTP2:                  &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 	}
 }
 
-// startHTTPFloor serves a trivial handler (read the body, write a fixed
-// answer) through server.NewHTTPServer with the default timeouts, on a
-// loopback listener, and calls it with the client package's transport
-// settings and call timeout.
-func startHTTPFloor(ctx context.Context, o Options) (instance, error) {
-	f := &httpFloor{}
+// startHTTPFloor returns the start function of a floor: a trivial handler
+// (read the body, write a fixed answer) served through
+// server.NewHTTPServer with the default timeouts, on a loopback listener,
+// called over version with the client package's transport settings and
+// call timeout.
+func startHTTPFloor(version client.HTTPVersion) func(context.Context, Options) (instance, error) {
+	return func(ctx context.Context, o Options) (instance, error) {
+		return startFloor(ctx, version)
+	}
+}
+
+func startFloor(ctx context.Context, version client.HTTPVersion) (instance, error) {
+	f := &httpFloor{proto: 1}
+	if version == client.HTTP2 {
+		f.proto = 2
+	}
 	trivial := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.Copy(io.Discard, r.Body); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
@@ -86,7 +106,7 @@ func startHTTPFloor(ctx context.Context, o Options) (instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.tr = newFloorTransport(client.DefaultTimeout)
+	f.tr = newFloorTransport(client.DefaultTimeout, version)
 	f.http = &http.Client{
 		Transport:     f.tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -113,8 +133,8 @@ func (f *httpFloor) call(ctx context.Context, _ *caller) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if resp.StatusCode != http.StatusOK || len(body) != len(floorAnswer) {
-		return 0, fmt.Errorf("answer %d of %d bytes", resp.StatusCode, len(body))
+	if resp.StatusCode != http.StatusOK || len(body) != len(floorAnswer) || resp.ProtoMajor != f.proto {
+		return 0, fmt.Errorf("answer %d of %d bytes over %s", resp.StatusCode, len(body), resp.Proto)
 	}
 	return 0, nil
 }

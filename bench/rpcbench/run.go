@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/store/diskstore"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// diskstore.DefaultConfig (fsync always); nil keeps it. For
 	// experiments, such as measuring what durability costs.
 	Store func(*diskstore.Config)
+	// HTTPVersion is the HTTP version of the Sluice configurations' client
+	// (client.Config.HTTPVersion); empty means the client's default.
+	HTTPVersion client.HTTPVersion
 	// CPUProfile, when set, receives a CPU profile of the measured time.
 	// Server goroutines carry the pprof label side=server and callers
 	// side=client, so the two can be told apart (go tool pprof -tagfocus).

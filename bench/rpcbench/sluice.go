@@ -113,7 +113,7 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	s.cl = client.New(client.Config{URL: "http://" + addr, Secret: secret, Pepper: pepper})
+	s.cl = client.New(client.Config{URL: "http://" + addr, Secret: secret, Pepper: pepper, HTTPVersion: o.HTTPVersion})
 	if err := s.cl.Err(); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench/rpcbench"
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/store/diskstore"
 )
 
@@ -33,6 +34,7 @@ func main() {
 		only     = flag.String("only", "", "comma-separated configurations to run (default all): "+names())
 		dir      = flag.String("dir", "", "parent of the durable store's temporary data directory (default the system temporary directory)")
 		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
+		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
 		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
 	)
 	flag.Parse()
@@ -48,14 +50,22 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir}
+	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer)}
+	if err := (client.Config{HTTPVersion: opts.HTTPVersion, Off: true}).Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "rpcbench: -http:", err)
+		os.Exit(2)
+	}
 	policy := diskstore.SyncPolicy(*fsync)
 	if policy != diskstore.SyncAlways {
 		opts.Store = func(c *diskstore.Config) { c.Sync = policy }
 	}
 	fmt.Printf("machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Printf("command: go run ./cmd/rpcbench %s\n", strings.Join(os.Args[1:], " "))
-	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; Sluice's store: diskstore, fsync %s\n\n", *clients, *warmup, *duration, *rounds, *keys, policy)
+	httpName := "HTTP/1.1"
+	if opts.HTTPVersion == client.HTTP2 {
+		httpName = "HTTP/2 (h2c)"
+	}
+	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; Sluice's store: diskstore, fsync %s; Sluice's client: %s\n\n", *clients, *warmup, *duration, *rounds, *keys, policy, httpName)
 	if policy != diskstore.SyncAlways {
 		fmt.Printf("NOTE: fsync %s is not the durable configuration the aims are set for.\n\n", policy)
 	}

@@ -1,0 +1,43 @@
+package jsonstr
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// FuzzAppend checks Append against json.Marshal on any bytes, valid UTF-8
+// or not.
+func FuzzAppend(f *testing.F) {
+	for _, s := range []string{"", "plain", `"quoted" \ back`, "<b>&amp;</b>", "\x00\x01\b\f\n\r\t\x1f\x7f", "é€😀", "\u2028\u2029", "\xff\xc3(", "a\xed\xa0\x80b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Append([]byte("kept"), s); !bytes.Equal(got, append([]byte("kept"), want...)) {
+			t.Fatalf("Append(%q) = %s, json.Marshal %s", s, got[4:], want)
+		}
+	})
+}
+
+// TestAppendEveryByte checks every single byte and every rune near the
+// escaped ones.
+func TestAppendEveryByte(t *testing.T) {
+	for b := range 256 {
+		s := string([]byte{'a', byte(b), 'z'})
+		want, _ := json.Marshal(s)
+		if got := Append(nil, s); !bytes.Equal(got, want) {
+			t.Errorf("byte %#x: %s, want %s", b, got, want)
+		}
+	}
+	for r := rune(0x2020); r < 0x2030; r++ {
+		s := string(r)
+		want, _ := json.Marshal(s)
+		if got := Append(nil, s); !bytes.Equal(got, want) {
+			t.Errorf("rune %U: %s, want %s", r, got, want)
+		}
+	}
+}

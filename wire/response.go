@@ -1,0 +1,317 @@
+package wire
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// DecodeResponse decodes the body of a successful RPC answer into r, which
+// it resets first, as json.Unmarshal would: unknown fields are ignored, so
+// a client keeps working when a server adds one.
+//
+// Answers as Sluice's servers write them take a fast path without
+// reflection; anything else goes to json.Unmarshal, which decides. Both
+// decode the same bytes to the same Response and refuse the same answers.
+func DecodeResponse(data []byte, r *Response) error {
+	*r = Response{}
+	s := scanner{data: data}
+	if s.response(r) && s.end() {
+		return nil
+	}
+	*r = Response{}
+	return json.Unmarshal(data, r)
+}
+
+// unknown skips the value of a field the fast path does not know, as
+// json.Unmarshal ignores it. A key that json.Unmarshal might match with a
+// field anyway, by its case-insensitive matching, is left to it.
+func (s *scanner) unknown(key []byte, fields ...string) bool {
+	for _, c := range key {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	for _, f := range fields {
+		if strings.EqualFold(string(key), f) {
+			return false
+		}
+	}
+	return s.skip(0)
+}
+
+func (s *scanner) response(r *Response) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	seen := false
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		switch string(k) {
+		case "steps":
+			if seen {
+				return false
+			}
+			seen = true
+			if !s.null() {
+				if r.Steps, ok = s.stepResults(); !ok {
+					return false
+				}
+			}
+		default:
+			if !s.unknown(k, "steps") {
+				return false
+			}
+		}
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+func (s *scanner) stepResults() ([]engine.StepResult, bool) {
+	if !s.next('[') {
+		return nil, false
+	}
+	if s.next(']') {
+		return []engine.StepResult{}, true
+	}
+	steps := make([]engine.StepResult, 0, 4)
+	var results resultDecoder
+	for {
+		steps = append(steps, engine.StepResult{})
+		if !results.step(s, &steps[len(steps)-1]) {
+			return nil, false
+		}
+		more, ok := s.more(']')
+		if !ok || !more {
+			return steps, ok
+		}
+	}
+}
+
+// resultDecoder holds the backing arrays of one answer's results and window
+// results; each slice handed out is capped at its own length.
+type resultDecoder struct {
+	results []engine.Result
+	windows []engine.WindowResult
+}
+
+var stepResultFields = []string{"skipped", "replayed", "denied", "results"}
+
+func (d *resultDecoder) step(s *scanner, st *engine.StepResult) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	var seen uint
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		var f uint
+		switch string(k) {
+		case "skipped":
+			f = 1
+			st.Skipped, ok = s.boolOrNull(st.Skipped)
+		case "replayed":
+			f = 2
+			st.Replayed, ok = s.boolOrNull(st.Replayed)
+		case "denied":
+			f = 4
+			st.Denied, ok = s.boolOrNull(st.Denied)
+		case "results":
+			f = 8
+			if !s.null() {
+				st.Results, ok = d.resultList(s)
+			}
+		default:
+			ok = s.unknown(k, stepResultFields...)
+		}
+		if !ok || seen&f != 0 {
+			return false
+		}
+		seen |= f
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+func (d *resultDecoder) resultList(s *scanner) ([]engine.Result, bool) {
+	if !s.next('[') {
+		return nil, false
+	}
+	if s.next(']') {
+		return []engine.Result{}, true
+	}
+	if d.results == nil {
+		d.results = make([]engine.Result, 0, min(max(len(s.data)/64, 1), engine.MaxCommands))
+	}
+	start := len(d.results)
+	for {
+		d.results = append(d.results, engine.Result{})
+		if !d.result(s, &d.results[len(d.results)-1]) {
+			return nil, false
+		}
+		more, ok := s.more(']')
+		if !ok {
+			return nil, false
+		}
+		if !more {
+			return d.results[start:len(d.results):len(d.results)], true
+		}
+	}
+}
+
+var resultFields = []string{"allowed", "found", "value", "int", "ttlMs", "remaining", "resetAt", "retryAfterMs", "at", "windows"}
+
+func (d *resultDecoder) result(s *scanner, r *engine.Result) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	var seen uint
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		var f uint
+		switch string(k) {
+		case "allowed":
+			f = 1 << 0
+			r.Allowed, ok = s.boolOrNull(r.Allowed)
+		case "found":
+			f = 1 << 1
+			r.Found, ok = s.boolOrNull(r.Found)
+		case "value":
+			f = 1 << 2
+			if !s.null() {
+				r.Value, ok = s.str()
+			}
+		case "int":
+			f = 1 << 3
+			r.Int, ok = s.intOrNull(r.Int)
+		case "ttlMs":
+			f = 1 << 4
+			r.TTLMs, ok = s.intOrNull(r.TTLMs)
+		case "remaining":
+			f = 1 << 5
+			r.Remaining, ok = s.intOrNull(r.Remaining)
+		case "resetAt":
+			f = 1 << 6
+			r.ResetAt, ok = s.intOrNull(r.ResetAt)
+		case "retryAfterMs":
+			f = 1 << 7
+			r.RetryAfterMs, ok = s.intOrNull(r.RetryAfterMs)
+		case "at":
+			f = 1 << 8
+			r.At, ok = s.intOrNull(r.At)
+		case "windows":
+			f = 1 << 9
+			if !s.null() {
+				r.Windows, ok = d.windowList(s)
+			}
+		default:
+			ok = s.unknown(k, resultFields...)
+		}
+		if !ok || seen&f != 0 {
+			return false
+		}
+		seen |= f
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+func (d *resultDecoder) windowList(s *scanner) ([]engine.WindowResult, bool) {
+	if !s.next('[') {
+		return nil, false
+	}
+	if s.next(']') {
+		return []engine.WindowResult{}, true
+	}
+	start := len(d.windows)
+	for {
+		d.windows = append(d.windows, engine.WindowResult{})
+		if !s.windowResult(&d.windows[len(d.windows)-1]) {
+			return nil, false
+		}
+		more, ok := s.more(']')
+		if !ok {
+			return nil, false
+		}
+		if !more {
+			return d.windows[start:len(d.windows):len(d.windows)], true
+		}
+	}
+}
+
+var windowResultFields = []string{"allowed", "remaining", "resetAt", "retryAfterMs"}
+
+func (s *scanner) windowResult(w *engine.WindowResult) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	var seen uint
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		var f uint
+		switch string(k) {
+		case "allowed":
+			f = 1
+			w.Allowed, ok = s.boolOrNull(w.Allowed)
+		case "remaining":
+			f = 2
+			w.Remaining, ok = s.intOrNull(w.Remaining)
+		case "resetAt":
+			f = 4
+			w.ResetAt, ok = s.intOrNull(w.ResetAt)
+		case "retryAfterMs":
+			f = 8
+			w.RetryAfterMs, ok = s.intOrNull(w.RetryAfterMs)
+		default:
+			ok = s.unknown(k, windowResultFields...)
+		}
+		if !ok || seen&f != 0 {
+			return false
+		}
+		seen |= f
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+// boolOrNull reads a bool, or a null that leaves old as it is, as
+// json.Unmarshal does.
+func (s *scanner) boolOrNull(old bool) (bool, bool) {
+	if s.null() {
+		return old, true
+	}
+	return s.bool()
+}
+
+// intOrNull reads an integer, or a null that leaves old as it is.
+func (s *scanner) intOrNull(old int64) (int64, bool) {
+	if s.null() {
+		return old, true
+	}
+	return s.int64()
+}
