@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,26 +301,36 @@ func TestWaitBeyondMaxWaitOrDeadlineIsRefusedAtOnce(t *testing.T) {
 	})
 }
 
-// A limiter with nothing waiting holds no goroutine and no timer: the
-// bubble ends as soon as the calls are done (synctest reports any goroutine
-// left behind).
+// A limiter with nothing waiting holds no goroutine and no timer: once a
+// burst of calls that queued for the lease and waited for slots is done,
+// no goroutine of the package is left (every timer of the package belongs
+// to a goroutine of a call), and time stands still.
 func TestIdleLimiterHoldsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := pace.NewRegistry(newStore(t))
-		cfg := config(1, time.Second)
+		store := newStore(t)
+		cfg := config(2, time.Second)
 		cfg.Concurrency = 1
-		configure(t, reg, "api", cfg)
-		api := pace.Define("api").Bind(reg)
-		calls := 0
-		for range 3 {
-			if _, err := pace.Call(t.Context(), api, ok(0, &calls)); err != nil {
-				t.Fatal(err)
+		configure(t, pace.NewRegistry(store), "api", cfg)
+		baseline := runtime.NumGoroutine()
+		var wg sync.WaitGroup
+		for p := range 2 {
+			api := pace.Define("api").Bind(pace.NewRegistry(store))
+			for range 3 {
+				wg.Go(func() {
+					if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
+						time.Sleep(time.Duration(100*(p+1)) * time.Millisecond)
+						return 0, nil
+					}); err != nil {
+						t.Error(err)
+					}
+				})
 			}
 		}
+		wg.Wait()
 		start := time.Now()
 		synctest.Wait()
-		if since(start) != 0 {
-			t.Error("time passed while the limiter was idle")
+		if n := runtime.NumGoroutine(); n != baseline || since(start) != 0 {
+			t.Errorf("idle: %d goroutines (%d before the calls), %v passed; want none left and no time", n, baseline, since(start))
 		}
 	})
 }
