@@ -55,6 +55,10 @@ type admission struct {
 	head   bool  // the ticket's turn has come
 	served int64 // the queue's served counter as last read
 	fast   int   // attempts at the queue's fast path
+	// queued is when the ticket was taken, and queuedServed the served
+	// counter then: how fast the queue moves.
+	queued       time.Time
+	queuedServed int64
 
 	leased  bool     // holds the concurrency lease
 	renew   *renewer // renews it while held

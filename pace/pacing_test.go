@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -311,7 +312,6 @@ func TestIdleLimiterHoldsNothing(t *testing.T) {
 		cfg := config(2, time.Second)
 		cfg.Concurrency = 1
 		configure(t, pace.NewRegistry(store), "api", cfg)
-		baseline := runtime.NumGoroutine()
 		var wg sync.WaitGroup
 		for p := range 2 {
 			api := pace.Define("api").Bind(pace.NewRegistry(store))
@@ -329,10 +329,23 @@ func TestIdleLimiterHoldsNothing(t *testing.T) {
 		wg.Wait()
 		start := time.Now()
 		synctest.Wait()
-		if n := runtime.NumGoroutine(); n != baseline || since(start) != 0 {
-			t.Errorf("idle: %d goroutines (%d before the calls), %v passed; want none left and no time", n, baseline, since(start))
+		if left := paceGoroutines(); len(left) != 0 || since(start) != 0 {
+			t.Errorf("idle: %v passed, and goroutines of the package are left:\n%s", since(start), strings.Join(left, "\n\n"))
 		}
 	})
+}
+
+// paceGoroutines returns the stacks of the goroutines running code of
+// package pace (its tests' own code aside).
+func paceGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	var left []string
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "sluicehq/sluice/pace.") {
+			left = append(left, g)
+		}
+	}
+	return left
 }
 
 // Waiting callers are served in order: a caller arriving later never

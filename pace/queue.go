@@ -139,6 +139,7 @@ func (a *admission) enqueue(ctx context.Context) error {
 	}
 	if fast == 0 { // a ticket from the tail
 		a.ticket, a.served = res[1].Int, counterValue(res[2])
+		a.queued, a.queuedServed = time.Now(), a.served
 		a.c.reg.sawServed(a.c.name, a.served)
 		if a.ticket <= a.served+1 {
 			a.phase, a.polls = phaseGate, 0
@@ -157,8 +158,9 @@ func (a *admission) enqueue(ctx context.Context) error {
 	}
 	a.ticket, a.served, a.head = fast, fast-1, true
 	if acquire := resp.Steps[1].Results[1]; !acquire.Allowed { // the gate is full: wait at the head
+		a.queued, a.queuedServed = time.Now(), a.served
 		a.phase, a.polls, a.waited = phaseGate, 0, true
-		return a.sleep(ctx, a.backoff(retryAfter(acquire)), changed, freed)
+		return a.sleep(ctx, a.backoff(1, retryAfter(acquire)), changed, freed)
 	}
 	a.admitted(ctx)
 	return nil
@@ -212,7 +214,7 @@ func (a *admission) wait(ctx context.Context) error {
 	}
 	a.served = served
 	a.waited = true
-	return a.sleep(ctx, a.backoff(0), changed, freed)
+	return a.sleep(ctx, a.backoff(a.ticket-1-served, 0), changed, freed)
 }
 
 // skip serves the ticket head on behalf of its gone caller.
@@ -256,7 +258,7 @@ func (a *admission) gate(ctx context.Context) error {
 	// The next poll comes after the backoff, or sooner if a lease expires
 	// or a call in this process releases one.
 	a.waited = true
-	return a.sleep(ctx, a.backoff(retryAfter(res[2])), changed, freed)
+	return a.sleep(ctx, a.backoff(1, retryAfter(res[2])), changed, freed)
 }
 
 // retryAfter returns a denial's RetryAfterMs as a duration.
@@ -264,12 +266,20 @@ func retryAfter(r engine.Result) time.Duration {
 	return time.Duration(r.RetryAfterMs) * time.Millisecond
 }
 
-// backoff returns the wait before the next poll of the queue or the gate,
-// and counts the poll: from pollFloor, doubling, to pollCeiling or a third
-// of the ticket's lifetime, whichever is less, and no longer than hint
-// when it is positive.
-func (a *admission) backoff(hint time.Duration) time.Duration {
-	d := min(pollFloor<<min(a.polls, 16), pollCeiling, a.placeTTL()/3)
+// backoff returns the wait before the next poll of a caller that needs
+// servings more tickets served for its turn to come (1 at the head of the
+// queue, where it needs a lease to free): half the time the queue takes to
+// serve them at the pace it has been served since the caller took its
+// ticket, or, while it has not moved, a backoff doubling from pollFloor.
+// Either is at most pollCeiling or a third of the ticket's lifetime, and
+// no more than hint when hint is positive. Callers near the head poll
+// often, the rest rarely.
+func (a *admission) backoff(servings int64, hint time.Duration) time.Duration {
+	ceiling := min(pollCeiling, a.placeTTL()/3)
+	d := min(pollFloor<<min(a.polls, 16), ceiling)
+	if moved, elapsed := a.served-a.queuedServed, time.Since(a.queued); moved > 0 && elapsed > 0 {
+		d = min(max(time.Duration(float64(elapsed)*float64(servings)/float64(2*moved)), pollFloor), ceiling)
+	}
 	if hint > 0 {
 		d = min(d, hint)
 	}
