@@ -14,10 +14,11 @@ import (
 )
 
 // Waiting in the gate's queue and at its head is polling: the store
-// notifies nobody. A poller backs off from pollFloor to pollCeiling (or a
-// third of LeaseTTL, if less), and a lease released or a ticket served in
-// this process wakes the pollers here at once. A call riding out a store
-// outage retries on the same schedule.
+// notifies nobody. A poller waits from pollFloor to pollCeiling (or a third
+// of LeaseTTL, if less) between polls, as near its turn is (see backoff),
+// and a lease released or a ticket served in this process wakes the
+// pollers here at once. A call riding out a store outage retries from
+// pollFloor, doubling, to pollCeiling.
 const (
 	pollFloor   = 10 * time.Millisecond
 	pollCeiling = time.Second
@@ -121,7 +122,7 @@ func (c *caller) admit(ctx context.Context) (*admission, error) {
 			return nil, err
 		}
 		if until, ok := a.rideOut(); ok {
-			wait := min(pollFloor<<min(a.outages-1, 16), pollCeiling, time.Until(until))
+			wait := min(pollFloor<<min(max(a.outages-1, 0), 16), pollCeiling, time.Until(until))
 			if err := sleep(ctx, wait); err != nil {
 				a.release(ctx)
 				return nil, err

@@ -280,3 +280,47 @@ func TestCrashedWaiterIsSkippedAfterItsTTL(t *testing.T) {
 		}
 	})
 }
+
+// Configuring rejects the calls waiting in the gate's queue, here at once
+// and elsewhere at their next poll, and their tickets do not hold up the
+// calls that come after: the next caller takes the lease as soon as it
+// frees.
+func TestConfigureRejectsQueuedCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		here := pace.NewRegistry(store)
+		configure(t, here, "api", capped(1, 10*time.Second))
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			pace.Call(t.Context(), pace.Define("api").Bind(here), func(context.Context) (int, error) {
+				time.Sleep(5 * time.Second)
+				return 0, nil
+			})
+		})
+		synctest.Wait()
+		for _, reg := range []*pace.Registry{here, pace.NewRegistry(store), here, pace.NewRegistry(store)} {
+			wg.Go(func() {
+				if _, err := pace.Call(t.Context(), pace.Define("api").Bind(reg), func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, pace.ErrReconfigured) {
+					t.Errorf("a queued caller: %v, want ErrReconfigured", err)
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		reconfigure(t, here, "api", func(c *pace.Config) { c.Limit = 500 })
+		var at time.Duration
+		if _, err := pace.Call(t.Context(), pace.Define("api").Bind(pace.NewRegistry(store)), func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if at < 5*time.Second || at > 6*time.Second {
+			t.Errorf("the caller after the rejected ones started at %v, want when the lease freed (5 s), within a poll", at)
+		}
+		if s, err := here.Stats(t.Context(), "api"); err != nil || s.Waiting != 0 || s.InFlight != 0 {
+			t.Errorf("after: %+v, %v; want nothing waiting or in flight", s, err)
+		}
+	})
+}

@@ -133,37 +133,43 @@ func (a *admission) enqueue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// What the request took is recorded before the configuration is
+	// checked, so that a call starting over releases it.
 	res := resp.Steps[0].Results
-	if err := a.check(res[0]); err != nil {
-		return err
-	}
-	if fast == 0 { // a ticket from the tail
+	switch {
+	case fast == 0: // a ticket from the tail
 		a.ticket, a.served = res[1].Int, counterValue(res[2])
 		a.queued, a.queuedServed = time.Now(), a.served
 		a.c.reg.sawServed(a.c.name, a.served)
-		if a.ticket <= a.served+1 {
-			a.phase, a.polls = phaseGate, 0
-		} else {
-			a.phase, a.polls = phaseWait, 0
+		a.head = a.ticket <= a.served+1
+		a.phase, a.polls = phaseWait, 0
+		if a.head {
+			a.phase = phaseGate
 		}
-		return nil
-	}
-	if !res[1].Allowed { // the queue was not empty, or this process's view was old
+		return a.check(res[0])
+	case !res[1].Allowed: // the queue was not empty, or this process's view was old
 		tail, served := counterValue(res[2]), counterValue(res[3])
 		a.c.reg.sawServed(a.c.name, served)
 		if tail != served {
 			a.fast = fastTries
 		}
-		return nil
+		return a.check(res[0])
 	}
 	a.ticket, a.served, a.head = fast, fast-1, true
-	if acquire := resp.Steps[1].Results[1]; !acquire.Allowed { // the gate is full: wait at the head
-		a.queued, a.queuedServed = time.Now(), a.served
-		a.phase, a.polls, a.waited = phaseGate, 0, true
-		return a.sleep(ctx, a.backoff(1, retryAfter(acquire)), changed, freed)
+	acquire := resp.Steps[1].Results[1]
+	if acquire.Allowed {
+		a.admitted(ctx)
 	}
-	a.admitted(ctx)
-	return nil
+	if err := a.check(res[0]); err != nil {
+		return err
+	}
+	if a.leased {
+		return nil
+	}
+	// The gate is full: wait at the head of the queue.
+	a.queued, a.queuedServed = time.Now(), a.served
+	a.phase, a.polls, a.waited = phaseGate, 0, true
+	return a.sleep(ctx, a.backoff(1, retryAfter(acquire)), changed, freed)
 }
 
 // admitted records that the call holds its lease and its ticket is served.
