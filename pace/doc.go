@@ -60,10 +60,10 @@ when it returns. A crashed caller's lease expires after [Config.LeaseTTL].
 The queue is first come, first served, across every process: only the
 ticket whose turn has come takes a lease, so a caller that arrived later,
 or polls more often, never overtakes the head of the queue. Waiting in it
-is polling (from 10 ms, backing off to 1 s or a third of LeaseTTL, and
-woken at once by a lease released in the same process); a call finding
-the queue empty and the gate open takes its ticket and its lease in one
-round trip.
+is polling, the more often the nearer a caller is to its turn (every 10 ms
+to 1 s, or a third of LeaseTTL, and at once when a call in the same
+process releases a lease); a call finding the queue empty and the gate
+open takes its ticket and its lease in one round trip.
 
 Every place a caller holds — its ticket, its lease, its reserved slot —
 is in the store, not in a connection or a queue in memory, so a restart of
