@@ -62,8 +62,10 @@ func penaltyPace() engine.Pace {
 
 // probeAt is the slot Stats and every call "claim" to read the store's
 // clock: claiming a slot that has not come is read-only and answers the wait
-// until it, so the store's now is probeAt − RetryAfterMs.
-const probeAt = int64(1) << 62
+// until it, so the store's now is probeAt − RetryAfterMs. It is 2^52 ms
+// (about the year 144,000), the latest slot every store claims: the Redis
+// store computes instants exactly only up to there.
+const probeAt = int64(1) << 52
 
 // Registry is the set of limiters kept in one store: it configures them,
 // reports on them, and is what a Limiter binds to. Every process sharing the
