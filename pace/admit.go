@@ -246,18 +246,19 @@ func (a *admission) check(res engine.Result) error {
 }
 
 // contact records the outcome of an exchange with the store: an answer
-// ends an outage, a failure begins one or adds to it.
+// ends an outage, a failure worth retrying begins one or adds to it.
 func (a *admission) contact(err error) error {
-	if err == nil {
+	switch {
+	case err == nil:
 		a.outageSince, a.outages = time.Time{}, 0
 		return nil
-	}
-	if a.outageSince.IsZero() {
-		a.outageSince = time.Now()
-	}
-	a.outages++
-	if errors.Is(err, ErrNoSuchLimiter) {
+	case errors.Is(err, ErrNoSuchLimiter): // already names the limiter
 		return err
+	case isDrop(err):
+		if a.outageSince.IsZero() {
+			a.outageSince = time.Now()
+		}
+		a.outages++
 	}
 	return fmt.Errorf("limiter %q: %w", a.c.name, err)
 }
