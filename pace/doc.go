@@ -130,7 +130,11 @@ fn starts, with the slot it was admitted at, for metrics of waits.
 # Guarantees and limits
 
   - No rolling window of the log holds more than the limit, across every
-    process, and no call starts before its slot.
+    process, and no call starts before its slot. A call starts once its
+    grant has reached it, a few milliseconds after its slot, and these
+    delays vary: two slots exactly a window apart can start a little less
+    than a window apart, so an upstream counting arrivals in exact windows
+    may see a few more than the limit in one. Leave it that margin.
   - Never more than [Config.Concurrency] leases are live: more calls run
     at once only if a lease expires under a call that could not renew it
     (a stalled process, a store unreachable for a whole TTL), which is
