@@ -6,22 +6,25 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 )
 
-// Waiting for a concurrency lease is polling: the gate keeps no queue. A
-// poller backs off from pollFloor to pollCeiling, and a lease released in
-// this process wakes the pollers here at once.
+// Waiting in the gate's queue and at its head is polling: the store
+// notifies nobody. A poller waits from pollFloor to pollCeiling (or a third
+// of LeaseTTL, if less) between polls, as near its turn is (see backoff),
+// and a lease released or a ticket served in this process wakes the
+// pollers here at once. A call riding out a store outage retries from
+// pollFloor, doubling, to pollCeiling.
 const (
 	pollFloor   = 10 * time.Millisecond
 	pollCeiling = time.Second
-	// pollWaiterTTL keeps a poller counted as waiting between two polls.
-	pollWaiterTTL = 3 * time.Second
-	// cleanupTimeout bounds the releases made after a call, which run even
-	// when the call's context is done.
+	// cleanupTimeout bounds the releases made after a call and the
+	// recording of a penalty, which run even when the call's context is
+	// done, and retry through a store outage until it passes.
 	cleanupTimeout = 5 * time.Second
 )
 
@@ -30,36 +33,56 @@ const (
 var errRestart = errors.New("pace: configuration changed before waiting")
 
 // The phases of an admission. Each resumes from the durable state the
-// previous ones left in the store, so a drop is retried from where it
-// happened: a call dropped while holding a slot keeps its slot.
+// previous ones left in the store, so a failure is retried from where it
+// happened: a call holding a ticket keeps it, one holding a slot keeps it.
 const (
 	phaseConfig = iota // learn the configuration
-	phaseGate          // take a concurrency lease
+	phaseQueue         // take a ticket in the gate's queue (see queue.go)
+	phaseWait          // wait for the ticket's turn
+	phaseGate          // the ticket's turn has come: take a lease
 	phaseTake          // take a slot in the pacing log
 	phaseSlot          // wait for the slot, then claim it
 )
 
-// admission is one attempt's way through the limiter: a lease (with a cap),
-// then a slot, then fn.
+// admission is one attempt's way through the limiter: a ticket and a lease
+// (under a cap), then a slot, then fn.
 type admission struct {
 	c     *caller
-	id    string // the lease's id, also the waiter registration's
+	id    string // the lease's id, also the ticket's and the waiter registration's
 	cfg   stored
 	phase int
+
+	ticket int64 // the ticket held in the gate's queue, 0 for none
+	head   bool  // the ticket's turn has come
+	served int64 // the queue's served counter as last read
+	fast   int   // attempts at the queue's fast path
+	// queued is when the ticket was taken, and queuedServed the served
+	// counter then: how fast the queue moves.
+	queued       time.Time
+	queuedServed int64
 
 	leased  bool     // holds the concurrency lease
 	renew   *renewer // renews it while held
 	waiting bool     // is registered as a waiting call
 	waited  bool     // has slept: a configuration now rejects it
 	polls   int
-	slot    int64 // phaseSlot: the slot held, store milliseconds
+	slot    int64 // the slot held, store milliseconds
 	now     int64 // the store's clock at the last batch
 
-	// pending is a take or claim whose outcome is unknown (its batch
-	// failed): it is sent again as it was, under the same operation id,
-	// so that the store answers it once.
-	pending   []engine.Command
-	pendingID string
+	// outageSince is when the store last began to fail this call, zero
+	// while it answers; outages counts the failures since.
+	outageSince time.Time
+	outages     int
+
+	// pending is a request whose outcome is unknown (it failed): it is
+	// sent again as it was, under the same operation id, so that the store
+	// answers it once. sends counts its sends; resent reports that the
+	// last answer of once came after a failure. pendingFast is the ticket
+	// the pending request takes on the queue's fast path, 0 otherwise.
+	pending     *engine.Request
+	sends       int
+	resent      bool
+	pendingFast int64
 }
 
 // caller carries one call through its attempts.
@@ -78,8 +101,10 @@ func newID() string {
 }
 
 // admit waits until the call may run: it holds a lease (under a cap) and
-// its slot has come. Store failures are drops, retried as the drop policy
-// says, each resuming where it failed.
+// its slot has come. A store failure while the call holds a place — a
+// ticket, a lease or a reserved slot — is ridden out for as long as the
+// place lives; any other is a drop, retried as the drop policy says. Both
+// resume where they failed.
 func (c *caller) admit(ctx context.Context) (*admission, error) {
 	a := &admission{c: c, id: newID()}
 	drops := 0
@@ -95,6 +120,14 @@ func (c *caller) admit(ctx context.Context) (*admission, error) {
 		if !isDrop(err) {
 			a.release(ctx)
 			return nil, err
+		}
+		if until, ok := a.rideOut(); ok {
+			wait := min(pollFloor<<min(max(a.outages-1, 0), 16), pollCeiling, time.Until(until))
+			if err := sleep(ctx, wait); err != nil {
+				a.release(ctx)
+				return nil, err
+			}
+			continue
 		}
 		drops++
 		retry := drops <= c.set.dropRetries
@@ -112,6 +145,17 @@ func (c *caller) admit(ctx context.Context) (*admission, error) {
 	}
 }
 
+// rideOut reports whether the call rides out the store's failure rather
+// than counting a drop, and until when: it holds a place, and the outage
+// has lasted less than the place outlives its caller's silence.
+func (a *admission) rideOut() (time.Time, bool) {
+	if a.ticket == 0 && !a.leased && a.phase != phaseSlot {
+		return time.Time{}, false
+	}
+	until := a.outageSince.Add(a.placeTTL())
+	return until, time.Now().Before(until)
+}
+
 // retry returns the call's retry policy under the configuration known so
 // far.
 func (a *admission) retry() Retry {
@@ -125,6 +169,10 @@ func (a *admission) advance(ctx context.Context) error {
 		switch a.phase {
 		case phaseConfig:
 			err = a.learn(ctx)
+		case phaseQueue:
+			err = a.enqueue(ctx)
+		case phaseWait:
+			err = a.wait(ctx)
 		case phaseGate:
 			err = a.gate(ctx)
 		case phaseTake:
@@ -152,7 +200,7 @@ func (a *admission) advance(ctx context.Context) error {
 // first returns the phase after the configuration is known.
 func (a *admission) first() int {
 	if a.cfg.Concurrency > 0 {
-		return phaseGate
+		return phaseQueue
 	}
 	return phaseTake
 }
@@ -164,7 +212,7 @@ func (a *admission) learn(ctx context.Context) error {
 		a.cfg = s
 	} else {
 		s, err := a.c.reg.readConfig(ctx, a.c.name)
-		if err != nil {
+		if err := a.contact(err); err != nil {
 			return err
 		}
 		a.cfg = s
@@ -197,108 +245,137 @@ func (a *admission) check(res engine.Result) error {
 	return errRestart
 }
 
+// contact records the outcome of an exchange with the store: an answer
+// ends an outage, a failure worth retrying begins one or adds to it.
+func (a *admission) contact(err error) error {
+	switch {
+	case err == nil:
+		a.outageSince, a.outages = time.Time{}, 0
+		return nil
+	case errors.Is(err, ErrNoSuchLimiter): // already names the limiter
+		return err
+	case isDrop(err):
+		if a.outageSince.IsZero() {
+			a.outageSince = time.Now()
+		}
+		a.outages++
+	}
+	return fmt.Errorf("limiter %q: %w", a.c.name, err)
+}
+
 // apply runs one batch on the limiter's partition.
 func (a *admission) apply(ctx context.Context, cmds ...engine.Command) ([]engine.Result, error) {
 	var out engine.StepResult
-	if err := a.c.reg.eng.Apply(ctx, a.c.part, &out, cmds...); err != nil {
-		return nil, fmt.Errorf("limiter %q: %w", a.c.name, err)
+	if err := a.contact(a.c.reg.eng.Apply(ctx, a.c.part, &out, cmds...)); err != nil {
+		return nil, err
 	}
 	return out.Results, nil
 }
 
-// once runs a batch that must not take effect twice (a take, a claim) under
-// an operation id, resending the same batch under the same id after a
-// failure with an unknown outcome, so that the store answers the resent
-// batch from its record of the first run instead of running it again.
-func (a *admission) once(ctx context.Context, cmds []engine.Command) ([]engine.Result, error) {
-	if a.pending == nil {
-		a.pending, a.pendingID = cmds, engine.NewOperationID()
+// do runs a request.
+func (a *admission) do(ctx context.Context, r *engine.Request) (*engine.Response, error) {
+	resp, err := a.c.reg.eng.Do(ctx, r)
+	if err := a.contact(err); err != nil {
+		return nil, err
 	}
-	resp, err := a.c.reg.eng.Do(ctx, &engine.Request{
-		OperationID: a.pendingID,
-		Steps:       []engine.Step{{Partition: a.c.part, Commands: a.pending}},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("limiter %q: %w", a.c.name, err)
-	}
-	a.pending, a.pendingID = nil, ""
-	return resp.Steps[0].Results, nil
+	return resp, nil
 }
 
-// gate takes a concurrency lease, polling while the gate is full.
-func (a *admission) gate(ctx context.Context) error {
-	changed, freed := a.c.reg.watch(a.c.name)
-	cmds := []engine.Command{
-		engine.Get(keyConfig),
-		engine.Acquire(keyGate, a.id, a.cfg.Concurrency, a.cfg.LeaseTTLMs),
+// newPending makes steps the request once sends, under a fresh operation
+// id.
+func (a *admission) newPending(mode engine.Mode, steps ...engine.Step) {
+	a.pending = &engine.Request{OperationID: engine.NewOperationID(), Mode: mode, Steps: steps}
+	a.sends = 0
+}
+
+// once sends the pending request, one that must not take effect twice (a
+// ticket, a take, a claim), and again as it was after a failure with an
+// unknown outcome: under the same operation id, the store answers it from
+// its record of the first run instead of running it again. A request of
+// mode All is sent again with a last step reading the store's clock
+// afresh, since a replayed answer carries the clock of its first run (see
+// clock).
+func (a *admission) once(ctx context.Context) (*engine.Response, error) {
+	req := *a.pending
+	if a.sends > 0 && req.Mode == engine.All {
+		req.Steps = append(slices.Clip(req.Steps), engine.Step{Partition: a.c.part, Commands: []engine.Command{a.cfg.pace(keyLog).Claim(probeAt, 1, 0)}})
 	}
-	if a.polls > 0 {
-		cmds = append(cmds, engine.Acquire(keyWaiting, a.id, algo.MaxGateLimit, pollWaiterTTL.Milliseconds()))
-	}
-	res, err := a.apply(ctx, cmds...)
+	a.sends++
+	resp, err := a.do(ctx, &req)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if len(res) > 2 && res[2].Allowed {
-		a.waiting = true
+	a.resent = a.sends > 1
+	a.pending = nil
+	return resp, nil
+}
+
+// clock returns the store's clock when resp was answered, from the probe
+// at index probe of its first step ("claiming" a slot that has not come
+// is read-only and answers the wait until it), or from the last step when
+// the first was a replay.
+func clock(resp *engine.Response, probe int) int64 {
+	r := resp.Steps[0].Results[probe]
+	if resp.Steps[0].Replayed && len(resp.Steps) > 1 {
+		r = resp.Steps[len(resp.Steps)-1].Results[0]
 	}
-	if res[1].Allowed {
-		a.leased = true
-		a.renew = a.c.startRenewal(ctx, a.id, a.cfg.LeaseTTLMs)
-	}
-	if err := a.check(res[0]); err != nil {
-		return err
-	}
-	if a.leased {
-		a.phase = phaseTake
-		return nil
-	}
-	wait := min(pollFloor<<min(a.polls, 16), pollCeiling)
-	if ra := time.Duration(res[1].RetryAfterMs) * time.Millisecond; ra > 0 {
-		wait = min(wait, ra)
-	}
-	a.polls++
-	a.waited = true
-	return a.sleep(ctx, wait, changed, freed)
+	return probeAt - r.RetryAfterMs
 }
 
 // take takes a slot in the pacing log: now, or reserved within the wait
 // the call allows. It reports whether the call may run.
+//
+// A slot is used on time or not at all. A grant whose answer reached the
+// call only after the store failed it (a replayed take, a claim answered
+// on a second try) is late: starting at once would put the call after its
+// slot, beside the calls of later slots, in a window the log never
+// counted it in. The call takes a new slot instead, and the one it missed
+// stays in the log unused: it costs allowance, never admits more than the
+// limit.
 func (a *admission) take(ctx context.Context) (bool, error) {
-	maxWait := a.maxWait(ctx)
-	p := a.cfg.pace(keyLog)
-	cmds := []engine.Command{engine.Get(keyConfig), p.Take(1, maxWait), p.Claim(probeAt, 1, 0)}
-	if a.waiting {
-		cmds = append(cmds, engine.Release(keyWaiting, a.id))
+	if a.pending == nil {
+		p := a.cfg.pace(keyLog)
+		cmds := []engine.Command{engine.Get(keyConfig), p.Take(1, a.maxWait(ctx)), p.Claim(probeAt, 1, 0)}
+		if a.waiting {
+			cmds = append(cmds, engine.Release(keyWaiting, a.id))
+		}
+		if a.c.reg.refreshDue(a.c.name, time.Now()) {
+			cmds = append(cmds, engine.Expire(keyConfig, engine.MaxTTLMs))
+			a.c.refreshIndex(ctx)
+		}
+		a.newPending(engine.All, engine.Step{Partition: a.c.part, Commands: cmds})
 	}
-	refresh := a.c.reg.refreshDue(a.c.name, time.Now())
-	if refresh {
-		cmds = append(cmds, engine.Expire(keyConfig, engine.MaxTTLMs))
-	}
-	res, err := a.once(ctx, cmds)
+	maxWait := a.pending.Steps[0].Commands[1].MaxWaitMs
+	resp, err := a.once(ctx)
 	if err != nil {
 		return false, err
 	}
 	a.waiting = false
-	if refresh {
-		a.c.refreshIndex(ctx)
-	}
+	res := resp.Steps[0].Results
 	if err := a.check(res[0]); err != nil {
 		return false, err
 	}
-	// A replayed answer carries the clock of the first run: the wait it
-	// implies is too long, never too short.
-	a.now = probeAt - res[2].RetryAfterMs
+	a.now = clock(resp, 2)
 	t := res[1]
-	if !t.Allowed {
+	switch {
+	case !t.Allowed:
 		return false, a.tooLong(t.RetryAfterMs, maxWait)
-	}
-	if t.At <= a.now {
+	case a.resent && t.At < a.now:
+		a.missed()
+		return false, nil
+	case t.At <= a.now:
+		a.slot = t.At
 		return true, nil
 	}
 	a.slot, a.phase = t.At, phaseSlot
 	a.register(ctx)
 	return false, nil
+}
+
+// missed records a slot given up as late, and makes the call take another.
+func (a *admission) missed() {
+	a.c.reg.log.Info("pace: a slot came while the store was unreachable; taking another", "limiter", a.c.name)
+	a.phase = phaseTake
 }
 
 // claim waits for the slot, then claims it: the claim moves a slot that a
@@ -309,24 +386,31 @@ func (a *admission) claim(ctx context.Context) (bool, error) {
 		if err := a.waitSlot(ctx); err != nil {
 			return false, err
 		}
+		p := a.cfg.pace(keyLog)
+		cmds := []engine.Command{engine.Get(keyConfig), p.Claim(a.slot, 1, a.maxWait(ctx)), p.Claim(probeAt, 1, 0)}
+		if a.waiting {
+			cmds = append(cmds, engine.Release(keyWaiting, a.id))
+		}
+		a.newPending(engine.All, engine.Step{Partition: a.c.part, Commands: cmds})
 	}
-	maxWait := a.maxWait(ctx)
-	cmds := []engine.Command{engine.Get(keyConfig), a.cfg.pace(keyLog).Claim(a.slot, 1, maxWait), a.cfg.pace(keyLog).Claim(probeAt, 1, 0)}
-	if a.waiting {
-		cmds = append(cmds, engine.Release(keyWaiting, a.id))
-	}
-	res, err := a.once(ctx, cmds)
+	maxWait := a.pending.Steps[0].Commands[1].MaxWaitMs
+	resp, err := a.once(ctx)
 	if err != nil {
 		return false, err
 	}
 	a.waiting = false
+	res := resp.Steps[0].Results
 	if err := a.check(res[0]); err != nil {
 		return false, err
 	}
-	a.now = probeAt - res[2].RetryAfterMs // see take
+	a.now = clock(resp, 2)
 	cl := res[1]
 	switch {
+	case cl.Allowed && a.resent && cl.At < a.now: // see take
+		a.missed()
+		return false, nil
 	case cl.Allowed && cl.At <= a.now:
+		a.slot = cl.At
 		return true, nil
 	case cl.Allowed: // moved by a penalty, and reserved again
 		a.slot = cl.At
@@ -365,7 +449,8 @@ func (a *admission) waitSlot(ctx context.Context) error {
 // due at its slot. It is bookkeeping for Stats: a failure is ignored.
 func (a *admission) register(ctx context.Context) {
 	ttl := max(a.slot-a.now+engine.MinTTLMs, engine.MinTTLMs)
-	if res, err := a.apply(ctx, engine.Acquire(keyWaiting, a.id, algo.MaxGateLimit, min(ttl, engine.MaxTTLMs))); err == nil && res[0].Allowed {
+	var out engine.StepResult
+	if err := a.c.reg.eng.Apply(ctx, a.c.part, &out, engine.Acquire(keyWaiting, a.id, algo.MaxGateLimit, min(ttl, engine.MaxTTLMs))); err == nil && out.Results[0].Allowed {
 		a.waiting = true
 	}
 }
@@ -420,16 +505,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// release gives back the lease and the waiter registration, if held. It
-// is best effort: a lease that cannot be released expires at its TTL. A
-// slot already reserved stays in the log: given up, it counts as a grant
-// that was never used, which costs allowance but never admits more than
-// the limit.
+// release gives back the lease, the ticket and the waiter registration,
+// if held, retrying through a store outage for up to cleanupTimeout unless
+// the store is what the call is giving up on. It is best effort: a lease
+// that cannot be released expires at its TTL, and so does the record of an
+// abandoned ticket, which is then skipped. A slot already reserved stays
+// in the log: given up, it counts as a grant that was never used, which
+// costs allowance but never admits more than the limit.
 func (a *admission) release(ctx context.Context) {
 	if a.renew != nil {
 		a.renew.stop()
 		a.renew = nil
 	}
+	a.pending = nil
 	var cmds []engine.Command
 	if a.leased {
 		cmds = append(cmds, engine.Release(keyGate, a.id))
@@ -437,18 +525,41 @@ func (a *admission) release(ctx context.Context) {
 	if a.waiting {
 		cmds = append(cmds, engine.Release(keyWaiting, a.id))
 	}
+	if a.ticket > 0 {
+		cmds = append(cmds, engine.Set(ticketKey(a.ticket), abandoned, a.placeTTL().Milliseconds()))
+		if a.head { // the ticket's turn has come: serve it now
+			cmds = append(cmds, serve(a.ticket))
+		}
+	}
 	if len(cmds) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := a.apply(ctx, cmds...); err != nil {
-		a.c.reg.log.Warn("pace: could not release a lease; it expires at its TTL", "limiter", a.c.name, "err", err)
+	var out engine.StepResult
+	err := patiently(ctx, a.outageSince.IsZero(), func() error { return a.c.reg.eng.Apply(ctx, a.c.part, &out, cmds...) })
+	if err != nil {
+		a.c.reg.log.Warn("pace: could not release a lease or a ticket; they expire at their TTL", "limiter", a.c.name, "err", err)
 	}
-	if a.leased {
+	if a.leased || a.ticket > 0 {
 		a.c.reg.freed(a.c.name)
 	}
-	a.leased, a.waiting = false, false
+	a.leased, a.waiting, a.ticket, a.head = false, false, 0, false
+}
+
+// patiently runs f, and while patient runs it again after each store
+// failure until ctx is done, backing off from pollFloor to pollCeiling. It
+// returns f's last error.
+func patiently(ctx context.Context, patient bool, f func() error) error {
+	for n := 0; ; n++ {
+		err := f()
+		if err == nil || !patient || !isDrop(err) {
+			return err
+		}
+		if sleep(ctx, min(pollFloor<<min(n, 16), pollCeiling)) != nil {
+			return err
+		}
+	}
 }
 
 // refreshIndex extends the life of the limiter's entry in the registry's

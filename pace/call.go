@@ -15,13 +15,14 @@ import (
 // fn returned.
 //
 // A call first takes a concurrency lease, if the limiter caps calls in
-// flight (waiting while the cap is reached), then a slot in the limiter's
-// sliding log: at once if the window has room, or a slot reserved in the
-// future, which it sleeps until. The reservation is kept in the store, so a
-// store restart while the call sleeps costs it neither its place nor a
-// drop, and the slot is claimed again when it comes: a penalty that arrived
-// meanwhile moves it, so fn never starts before its slot nor before a
-// penalty's deadline. A call whose slot lies beyond the limiter's MaxWait,
+// flight (queueing, first come first served across every process, while
+// the cap is reached), then a slot in the limiter's sliding log: at once
+// if the window has room, or a slot reserved in the future, which it
+// sleeps until. Its ticket, lease and reservation are kept in the store,
+// so a store restart while the call waits costs it neither its place nor
+// a drop, and the slot is claimed again when it comes: a penalty that
+// arrived meanwhile moves it, so fn never starts before its slot nor
+// before a penalty's deadline. A call whose slot lies beyond the limiter's MaxWait,
 // or beyond ctx's deadline, is refused at once with a *WaitError. fn then
 // runs with the lease held (renewed while fn runs, released when it
 // returns).
@@ -126,7 +127,7 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 			return nil, err
 		}
 		retry := a.retry()
-		v, ferr := c.run(ctx, a, fn)
+		v, ferr := c.run(ctx, a, attempt, fn)
 		vd := c.judge(v, ferr)
 		final := func(retryable bool, err error) (any, error) {
 			if !m.keepBody {
@@ -172,8 +173,11 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 }
 
 // run runs fn under the admission a, then releases its lease.
-func (c *caller) run(ctx context.Context, a *admission, fn func(context.Context) (any, error)) (any, error) {
+func (c *caller) run(ctx context.Context, a *admission, attempt int, fn func(context.Context) (any, error)) (any, error) {
 	defer a.release(ctx)
+	if c.set.onStart != nil {
+		c.set.onStart(Start{Limiter: c.name, Attempt: attempt, Slot: time.UnixMilli(a.slot)})
+	}
 	return fn(ctx)
 }
 
@@ -185,7 +189,9 @@ func (c *caller) penalize(ctx context.Context, s stored, delay time.Duration) bo
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var out engine.StepResult
-	err := c.reg.eng.Apply(ctx, c.part, &out, s.pace(keyLog).Penalize(ms), penaltyPace().Penalize(ms))
+	err := patiently(ctx, true, func() error {
+		return c.reg.eng.Apply(ctx, c.part, &out, s.pace(keyLog).Penalize(ms), penaltyPace().Penalize(ms))
+	})
 	if err != nil {
 		c.reg.log.Warn("pace: could not record an upstream rate limit; only this caller pauses", "limiter", c.name, "err", err)
 		return false

@@ -46,21 +46,45 @@ spend all of it at once, and no rolling window ever holds more.
 
 # How a call waits
 
-A call through a limiter with a concurrency cap first takes a lease on the
-cap (polling while it is full), then a slot in the limiter's exact sliding
-log of grants: at once if the window has room, or a slot reserved in the
-future within [Config.MaxWait] (or the context's deadline, if sooner). The
-lease comes first so that a call starts at its slot: a call held back by
-the cap after its grant would start late, and late starts bunch up into a
-window holding more than the limit. The call sleeps until its slot and
+A call through a limiter with a concurrency cap first takes a ticket in
+the limiter's gate queue, then, when every earlier ticket has been served,
+a lease on the cap, then a slot in the limiter's exact sliding log of
+grants: at once if the window has room, or a slot reserved in the future
+within [Config.MaxWait] (or the context's deadline, if sooner). The lease
+comes before the slot so that a call starts at its slot: a call held back
+by the cap after its grant would start late, and late starts bunch up into
+a window holding more than the limit. The call sleeps until its slot and
 claims it; fn runs with the lease held, renewed while fn runs, and released
 when it returns. A crashed caller's lease expires after [Config.LeaseTTL].
 
-The reservation is in the store, not in a connection or a queue in memory:
-a caller sleeping on its slot does not talk to the store, so a store
-restart while it sleeps costs it neither its place nor a drop. When the
-slot comes the claim checks it again: a penalty recorded meanwhile moves
-it, so a call never starts before its slot nor before a penalty's deadline.
+The queue is first come, first served, across every process: only the
+ticket whose turn has come takes a lease, so a caller that arrived later,
+or polls more often, never overtakes the head of the queue. Waiting in it
+is polling, the more often the nearer a caller is to its turn (every 10 ms
+to 1 s, or a third of LeaseTTL, and at once when a call in the same
+process releases a lease); a call finding the queue empty and the gate
+open takes its ticket and its lease in one round trip.
+
+Every place a caller holds — its ticket, its lease, its reserved slot —
+is in the store, not in a connection or a queue in memory, so a restart of
+the store, or of the server in front of it, costs it neither its place nor
+a drop: a caller sleeping on its slot does not talk to the store, and one
+whose poll or claim meets the store down keeps trying (on the same
+backoff) for as long as its place lives, LeaseTTL (at least a second)
+after the outage began. When the slot comes the claim checks it again: a
+penalty recorded meanwhile moves it, so a call never starts before its
+slot nor before a penalty's deadline. Nor does a call start long after its
+slot: one whose slot came while the store was unreachable takes a new one
+when the store answers again (the slot it missed stays in the log,
+unused), since starting at once would put it beside the calls of later
+slots, in a window the log never counted it in.
+
+A caller that gives up while waiting in the queue (its context ends, its
+limiter is reconfigured) marks its ticket abandoned, and the ticket is
+skipped at once; the ticket of a caller that crashed is skipped by the
+caller behind it once its record expires, LeaseTTL after the crashed
+caller's last poll. A crashed waiter holds the queue up for that long and
+a poll, no longer.
 
 # Backpressure
 
@@ -91,26 +115,37 @@ A client error other than 429 is an answer, not a failure: it comes back as
 it is, once. fn runs again for each retry, so it must build its request
 afresh each time.
 
-A call can also be dropped: the store fails while the call waits, before fn
-started. Drops are retried ([WithDropRetries], 5 by default, each observed
+A call can also be dropped: the store fails it before fn started while it
+holds no place in the limiter (it is learning the configuration, taking its
+ticket, or taking a slot without a cap), or for longer than its place
+lives. Drops are retried ([WithDropRetries], 5 by default, each observed
 by [WithOnDrop]), each resuming from the durable state — a dropped call
-keeps its slot — and when they run out the call fails with [ErrDropped].
-fn never having run, it is always safe to call again. A failure after fn
-started is never retried as a drop: it cannot be told from a finished call,
-and retrying could send a payment twice. Make such work idempotent, or
-reconcile it.
+keeps its ticket and its slot — and when they run out the call fails with
+[ErrDropped]. fn never having run, it is always safe to call again. A
+failure after fn started is never retried as a drop: it cannot be told
+from a finished call, and retrying could send a payment twice. Make such
+work idempotent, or reconcile it. [WithOnStart] observes each attempt as
+fn starts, with the slot it was admitted at, for metrics of waits.
 
 # Guarantees and limits
 
   - No rolling window of the log holds more than the limit, across every
-    process, and no call starts before its slot.
+    process, and no call starts before its slot. A call starts once its
+    grant has reached it, a few milliseconds after its slot, and these
+    delays vary: two slots exactly a window apart can start a little less
+    than a window apart, so an upstream counting arrivals in exact windows
+    may see a few more than the limit in one. Leave it that margin.
   - Never more than [Config.Concurrency] leases are live: more calls run
     at once only if a lease expires under a call that could not renew it
     (a stalled process, a store unreachable for a whole TTL), which is
     logged.
-  - Waiting for a lease is polling (from 10 ms, backing off to 1 s, and
-    woken at once by a lease released in the same process): it holds no
-    place in the store, and a poll that meets a store failure is a drop.
+  - Leases are taken in the order callers took their tickets, across
+    every process, except that two callers arriving within one round
+    trip of each other may be served in either order, and so may a
+    caller and the one behind it after it was silent for LeaseTTL (it
+    was taken for crashed).
+  - The queue's tickets are numbered up to 2^40; the numbering starts
+    again only after 120 days in which nobody queued.
   - A call that gives up while holding a reservation (its context ends, or
     its limiter is reconfigured) leaves its grant in the log, unused: it
     costs allowance, never admits more than the limit.

@@ -113,28 +113,72 @@ func TestNoDropAfterFnStarted(t *testing.T) {
 }
 
 // A take whose answer is lost is sent again under the same operation id:
-// the store answers it once, so the call holds one grant, not two.
+// the store answers it once, so a call reserving a slot holds one grant,
+// not two, and runs at it.
 func TestLostAnswerIsNotChargedTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api, f, d, reg := faulty(t, config(5, time.Minute))
-		var once sync.Once
-		f.set(func(f *faultStore) {
-			f.lose = true
-			f.fail = func(b *engine.Batch) bool {
-				lost := false
-				if hasOp(b, engine.OpPaceTake) {
-					once.Do(func() { lost = true })
-				}
-				return lost
-			}
-		})
+		start := time.Now()
 		calls := 0
-		if _, err := pace.Call(t.Context(), api, ok(0, &calls)); err != nil {
+		for range 5 { // fill the window
+			if _, err := pace.Call(t.Context(), api, ok(0, &calls)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		loseNextTake(f)
+		var at time.Duration
+		if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}); err != nil {
 			t.Fatal(err)
 		}
 		s, err := reg.Stats(t.Context(), "api")
-		if err != nil || s.Remaining != 4 || len(d.events()) != 1 {
-			t.Errorf("remaining %d (%v) after %d drops, want 4 after 1", s.Remaining, err, len(d.events()))
+		if err != nil || s.Remaining != 4 || len(d.events()) != 1 || at != time.Minute {
+			t.Errorf("ran at %v, remaining %d (%v) after %d drops; want at its slot (1m0s), 4 remaining after 1 drop",
+				at, s.Remaining, err, len(d.events()))
+		}
+	})
+}
+
+// A grant whose answer comes back only after the store failed is late: the
+// call does not start at once, after its slot, but takes a new slot and
+// starts at it. The grant it missed stays in the log, unused.
+func TestLateGrantIsNotUsed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api, f, d, reg := faulty(t, config(5, time.Minute))
+		start := time.Now()
+		loseNextTake(f)
+		var at time.Duration
+		var slot time.Time
+		if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}, pace.WithOnStart(func(s pace.Start) { slot = s.Slot })); err != nil {
+			t.Fatal(err)
+		}
+		// The drop's backoff is 500 ms: the replayed grant, at 0 s, is late.
+		if at != 500*time.Millisecond || !slot.Equal(start.Add(at)) {
+			t.Errorf("ran at %v with its slot at %v, want both at 500ms", at, slot.Sub(start))
+		}
+		s, err := reg.Stats(t.Context(), "api")
+		if err != nil || s.Remaining != 3 || len(d.events()) != 1 {
+			t.Errorf("remaining %d (%v) after %d drops; want 3 (the late grant unused) after 1", s.Remaining, err, len(d.events()))
+		}
+	})
+}
+
+// loseNextTake makes f apply the next pace.take and lose its answer.
+func loseNextTake(f *faultStore) {
+	var once sync.Once
+	f.set(func(f *faultStore) {
+		f.lose = true
+		f.fail = func(b *engine.Batch) bool {
+			lost := false
+			if hasOp(b, engine.OpPaceTake) {
+				once.Do(func() { lost = true })
+			}
+			return lost
 		}
 	})
 }
@@ -161,7 +205,8 @@ func TestUnconfiguredNameFailsAtOnce(t *testing.T) {
 // Waiting survives a store outage: callers sleeping on their reservations
 // while the store restarts lose neither their place nor a drop, and never
 // run before their slots; a caller whose slot comes during the outage is
-// dropped, keeps its slot, and runs when the store is back.
+// not dropped either: it waits for the store, and then, not starting late,
+// takes the next slot.
 func TestWaitingSurvivesAStoreRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api, f, d, _ := faulty(t, config(2, time.Second))
@@ -195,9 +240,10 @@ func TestWaitingSurvivesAStoreRestart(t *testing.T) {
 			t.Errorf("%d drops while callers slept through the outage, want 0", len(d.events()))
 		}
 
-		// Now an outage over a slot: the caller due at 6 s is dropped,
-		// retries at 6.5 s (backoff 500 ms) into the outage again, and at
-		// 7.5 s (backoff 1 s) claims the slot it kept and runs.
+		// Now an outage over a slot: the caller due at 6 s finds the store
+		// down, retries it (10 ms, doubling, to 1 s) without a drop, reaches
+		// it again at the first retry after 6.7 s, and takes a new slot:
+		// there and then, since the window holds only its missed grant.
 		time.Sleep(5*time.Second - since(start))
 		wg.Go(func() {
 			if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) { return 0, nil }); err != nil {
@@ -211,11 +257,12 @@ func TestWaitingSurvivesAStoreRestart(t *testing.T) {
 		})
 		synctest.Wait() // the two take the window at 5 s
 		var at3 time.Duration
+		var slot3 time.Time
 		wg.Go(func() {
 			if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
 				at3 = since(start)
 				return 0, nil
-			}); err != nil {
+			}, pace.WithOnStart(func(s pace.Start) { slot3 = s.Slot })); err != nil {
 				t.Error(err)
 			}
 		})
@@ -224,8 +271,10 @@ func TestWaitingSurvivesAStoreRestart(t *testing.T) {
 		time.Sleep(1700 * time.Millisecond) // down from 5 s to 6.7 s
 		f.set(func(f *faultStore) { f.down = false })
 		wg.Wait()
-		if at3 != 7500*time.Millisecond || len(d.events()) != 2 {
-			t.Errorf("the caller due during the outage ran at %v after %d drops, want 7.5 s after 2", at3, len(d.events()))
+		back := 6700 * time.Millisecond
+		if at3 < back || at3 > back+time.Second || !slot3.Equal(start.Add(at3)) || len(d.events()) != 0 {
+			t.Errorf("the caller due during the outage ran at %v at a slot of %v after %d drops, want at a new slot within a second of 6.7s, no drop",
+				at3, slot3.Sub(start), len(d.events()))
 		}
 	})
 }

@@ -124,3 +124,21 @@ func ExampleRegistry_Reconfigure() {
 	fmt.Println(cfg.Limit, cfg.Concurrency, cfg.Retry.Attempts, err)
 	// Output: 60 10 2 <nil>
 }
+
+// WithOnStart observes each attempt as fn starts, with the slot the store
+// admitted it at: the material for metrics of waits and admissions, and
+// the place to count attempts without touching fn.
+func ExampleWithOnStart() {
+	api := exampleAPI.Bind(exampleRegistry())
+	_, err := pace.Call(context.Background(), api, func(ctx context.Context) (int, error) {
+		return 0, nil
+	}, pace.WithOnStart(func(s pace.Start) {
+		// A histogram of waits would observe the time since the call began,
+		// labelled with s.Limiter.
+		fmt.Println(s.Limiter, "attempt", s.Attempt)
+	}))
+	fmt.Println(err)
+	// Output:
+	// example-api attempt 1
+	// <nil>
+}

@@ -2,6 +2,9 @@ package pace_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,6 +128,199 @@ func TestCrashedHoldersLeaseFreesAtItsTTL(t *testing.T) {
 		wg.Wait()
 		if at < 3*time.Second || at > 4*time.Second {
 			t.Errorf("the second call started at %v, want at the lease's expiry (3 s) or within a poll of it", at)
+		}
+	})
+}
+
+// order records the order in which callers started.
+type order struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (o *order) add(id string) {
+	o.mu.Lock()
+	o.ids = append(o.ids, id)
+	o.mu.Unlock()
+}
+
+func (o *order) get() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.ids)
+}
+
+// Waiters for a lease are served in order of arrival, across processes:
+// callers arriving while the head of the queue has waited long enough to
+// poll only once a second, and polling every few milliseconds themselves,
+// cannot overtake it, nor one another.
+func TestCheapWaitersCannotOvertakeTheHead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, 10*time.Second))
+		proc := func() *pace.Bound { return pace.Define("api").Bind(pace.NewRegistry(store)) }
+		var started order
+		call := func(b *pace.Bound, id string, d time.Duration) {
+			if _, err := pace.Call(t.Context(), b, func(context.Context) (int, error) {
+				started.add(id)
+				time.Sleep(d)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { call(proc(), "holder", 10*time.Second) })
+		synctest.Wait()
+		wg.Go(func() { call(proc(), "head", 100*time.Millisecond) })
+		time.Sleep(9500 * time.Millisecond) // the head now polls once a second
+		want := []string{"holder", "head"}
+		for i := range 5 { // then, every 100 ms, a fresh caller elsewhere
+			id := fmt.Sprintf("late-%d", i)
+			want = append(want, id)
+			wg.Go(func() { call(proc(), id, 100*time.Millisecond) })
+			time.Sleep(100 * time.Millisecond)
+		}
+		wg.Wait()
+		if got := started.get(); !slices.Equal(got, want) {
+			t.Errorf("callers started in the order %v, want their order of arrival %v", got, want)
+		}
+	})
+}
+
+// A waiter that gives up (its context ends) leaves the queue at once: the
+// caller behind it gets the lease as soon as it frees.
+func TestWaiterGivingUpIsSkippedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, 10*time.Second))
+		proc := func() *pace.Bound { return pace.Define("api").Bind(pace.NewRegistry(store)) }
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			pace.Call(t.Context(), proc(), func(context.Context) (int, error) {
+				time.Sleep(2 * time.Second)
+				return 0, nil
+			})
+		})
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		wg.Go(func() {
+			if _, err := pace.Call(ctx, proc(), func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the waiter that gave up: %v, want its context's error", err)
+			}
+		})
+		synctest.Wait()
+		var at time.Duration
+		if _, err := pace.Call(t.Context(), proc(), func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		// The lease frees at 2 s; the caller behind polls once a second at
+		// most by then.
+		if at < 2*time.Second || at > 3*time.Second {
+			t.Errorf("the caller behind one that gave up started at %v, want when the lease freed (2 s), within a poll", at)
+		}
+	})
+}
+
+// A waiter that crashes holds the queue up only until its ticket's record
+// expires, LeaseTTL after its last poll: the caller behind it then skips
+// it.
+func TestCrashedWaiterIsSkippedAfterItsTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, 3*time.Second))
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			pace.Call(t.Context(), pace.Define("api").Bind(pace.NewRegistry(store)), func(context.Context) (int, error) {
+				time.Sleep(time.Second)
+				return 0, nil
+			})
+		})
+		synctest.Wait()
+		// The next waiter reaches the store through a link cut at 500 ms:
+		// from then on it is, to everyone else, a crashed process.
+		link := &faultStore{Store: store}
+		crashed, cancel := context.WithCancel(t.Context())
+		wg.Go(func() {
+			pace.Call(crashed, pace.Define("api").Bind(pace.NewRegistry(link)), func(context.Context) (int, error) {
+				t.Error("the crashed waiter ran")
+				return 0, nil
+			})
+		})
+		synctest.Wait()
+		time.Sleep(200 * time.Millisecond)
+		var at time.Duration
+		behind, stop := context.WithTimeout(t.Context(), time.Minute)
+		defer stop()
+		wg.Go(func() {
+			if _, err := pace.Call(behind, pace.Define("api").Bind(pace.NewRegistry(store)), func(context.Context) (int, error) {
+				at = since(start)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(300 * time.Millisecond)
+		link.set(func(f *faultStore) { f.down = true })
+		time.Sleep(10 * time.Second)
+		cancel()
+		wg.Wait()
+		// Its last poll was before 500 ms, so its record expired by 3.5 s;
+		// the caller behind marks it at a poll and skips it at the next, a
+		// second apart at most.
+		if at < 3*time.Second || at > 5500*time.Millisecond {
+			t.Errorf("the caller behind a crashed waiter started at %v, want once the crashed one's ticket expired (3 s…3.5 s), within two polls", at)
+		}
+	})
+}
+
+// Configuring rejects the calls waiting in the gate's queue, here at once
+// and elsewhere at their next poll, and their tickets do not hold up the
+// calls that come after: the next caller takes the lease as soon as it
+// frees.
+func TestConfigureRejectsQueuedCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		here := pace.NewRegistry(store)
+		configure(t, here, "api", capped(1, 10*time.Second))
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			pace.Call(t.Context(), pace.Define("api").Bind(here), func(context.Context) (int, error) {
+				time.Sleep(5 * time.Second)
+				return 0, nil
+			})
+		})
+		synctest.Wait()
+		for _, reg := range []*pace.Registry{here, pace.NewRegistry(store), here, pace.NewRegistry(store)} {
+			wg.Go(func() {
+				if _, err := pace.Call(t.Context(), pace.Define("api").Bind(reg), func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, pace.ErrReconfigured) {
+					t.Errorf("a queued caller: %v, want ErrReconfigured", err)
+				}
+			})
+		}
+		time.Sleep(time.Second)
+		reconfigure(t, here, "api", func(c *pace.Config) { c.Limit = 500 })
+		var at time.Duration
+		if _, err := pace.Call(t.Context(), pace.Define("api").Bind(pace.NewRegistry(store)), func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if at < 5*time.Second || at > 6*time.Second {
+			t.Errorf("the caller after the rejected ones started at %v, want when the lease freed (5 s), within a poll", at)
+		}
+		if s, err := here.Stats(t.Context(), "api"); err != nil || s.Waiting != 0 || s.InFlight != 0 {
+			t.Errorf("after: %+v, %v; want nothing waiting or in flight", s, err)
 		}
 	})
 }

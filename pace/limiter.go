@@ -65,6 +65,7 @@ type settings struct {
 	dropRetries  int
 	dropSet      bool
 	onDrop       func(Drop)
+	onStart      func(Start)
 	retry        Retry
 }
 
@@ -148,6 +149,26 @@ func WithOnDrop(f func(Drop)) Option {
 	return func(s *settings) { s.onDrop = f }
 }
 
+// Start describes an attempt about to run fn.
+type Start struct {
+	// Limiter names the limiter.
+	Limiter string
+	// Attempt counts the attempts of the call, this one included.
+	Attempt int
+	// Slot is the slot the attempt was admitted at, by the store's clock:
+	// fn never starts before it, and the log of grants holds it there. The
+	// time between Slot and fn's start is the delivery of the admission to
+	// this process.
+	Slot time.Time
+}
+
+// WithOnStart sets a function observing every attempt just before fn runs,
+// for metrics of waits and admissions. It runs on the caller's path: it
+// must not block.
+func WithOnStart(f func(Start)) Option {
+	return func(s *settings) { s.onStart = f }
+}
+
 // WithRetry refines the retry policy of the limiter's configuration: the
 // zero fields of r keep the configured values. WithRetry(Retry{Attempts: 1})
 // never retries.
@@ -162,11 +183,12 @@ type resolved struct {
 	errorHooks  []ErrorHook
 	dropRetries int
 	onDrop      func(Drop)
+	onStart     func(Start)
 	retry       Retry // over the configuration's; zero fields unset
 }
 
 func resolve(lim, call settings) resolved {
-	r := resolved{dropRetries: DefaultDropRetries, onDrop: lim.onDrop, retry: call.retry.over(lim.retry)}
+	r := resolved{dropRetries: DefaultDropRetries, onDrop: lim.onDrop, onStart: lim.onStart, retry: call.retry.over(lim.retry)}
 	switch {
 	case call.rateLimitSet && call.rateLimit != nil:
 		r.rateLimit = append(r.rateLimit, call.rateLimit)
@@ -193,6 +215,9 @@ func resolve(lim, call settings) resolved {
 	}
 	if call.onDrop != nil {
 		r.onDrop = call.onDrop
+	}
+	if call.onStart != nil {
+		r.onStart = call.onStart
 	}
 	return r
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -300,28 +302,50 @@ func TestWaitBeyondMaxWaitOrDeadlineIsRefusedAtOnce(t *testing.T) {
 	})
 }
 
-// A limiter with nothing waiting holds no goroutine and no timer: the
-// bubble ends as soon as the calls are done (synctest reports any goroutine
-// left behind).
+// A limiter with nothing waiting holds no goroutine and no timer: once a
+// burst of calls that queued for the lease and waited for slots is done,
+// no goroutine of the package is left (every timer of the package belongs
+// to a goroutine of a call), and time stands still.
 func TestIdleLimiterHoldsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		reg := pace.NewRegistry(newStore(t))
-		cfg := config(1, time.Second)
+		store := newStore(t)
+		cfg := config(2, time.Second)
 		cfg.Concurrency = 1
-		configure(t, reg, "api", cfg)
-		api := pace.Define("api").Bind(reg)
-		calls := 0
-		for range 3 {
-			if _, err := pace.Call(t.Context(), api, ok(0, &calls)); err != nil {
-				t.Fatal(err)
+		configure(t, pace.NewRegistry(store), "api", cfg)
+		var wg sync.WaitGroup
+		for p := range 2 {
+			api := pace.Define("api").Bind(pace.NewRegistry(store))
+			for range 3 {
+				wg.Go(func() {
+					if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
+						time.Sleep(time.Duration(100*(p+1)) * time.Millisecond)
+						return 0, nil
+					}); err != nil {
+						t.Error(err)
+					}
+				})
 			}
 		}
+		wg.Wait()
 		start := time.Now()
 		synctest.Wait()
-		if since(start) != 0 {
-			t.Error("time passed while the limiter was idle")
+		if left := paceGoroutines(); len(left) != 0 || since(start) != 0 {
+			t.Errorf("idle: %v passed, and goroutines of the package are left:\n%s", since(start), strings.Join(left, "\n\n"))
 		}
 	})
+}
+
+// paceGoroutines returns the stacks of the goroutines running code of
+// package pace (its tests' own code aside).
+func paceGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	var left []string
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "sluicehq/sluice/pace.") {
+			left = append(left, g)
+		}
+	}
+	return left
 }
 
 // Waiting callers are served in order: a caller arriving later never

@@ -32,7 +32,7 @@ const (
 	keyConfig  = "config"  // the stored configuration (a value)
 	keyLog     = "log"     // the pacing log
 	keyGate    = "gate"    // the concurrency gate: one lease per call in flight
-	keyWaiting = "waiting" // a gate used as a register of waiting calls
+	keyWaiting = "waiting" // a gate used as a register of calls waiting for their slot
 	keyPenalty = "penalty" // a pacing log used as a register of the penalty deadline
 )
 
@@ -62,8 +62,10 @@ func penaltyPace() engine.Pace {
 
 // probeAt is the slot Stats and every call "claim" to read the store's
 // clock: claiming a slot that has not come is read-only and answers the wait
-// until it, so the store's now is probeAt − RetryAfterMs.
-const probeAt = int64(1) << 62
+// until it, so the store's now is probeAt − RetryAfterMs. It is 2^52 ms
+// (about the year 144,000), the latest slot every store claims: the Redis
+// store computes instants exactly only up to there.
+const probeAt = int64(1) << 52
 
 // Registry is the set of limiters kept in one store: it configures them,
 // reports on them, and is what a Limiter binds to. Every process sharing the
@@ -96,8 +98,10 @@ type nameState struct {
 	cfg       stored
 	known     bool
 	refreshed time.Time
+	served    int64         // the gate queue's served counter, as last seen
+	servedAt  time.Time     // when
 	changed   chan struct{} // closed when this process configures the name
-	freed     chan struct{} // closed when a call here releases a lease
+	freed     chan struct{} // closed when a call here releases a lease or serves a ticket
 }
 
 // RegistryOption adjusts a Registry.
@@ -253,8 +257,10 @@ type Stats struct {
 	// and calls holding their lease while their slot comes. Always 0
 	// without a concurrency cap.
 	InFlight int
-	// Waiting is the number of calls waiting for a lease or for their
-	// slot (up to MaxConcurrency are counted).
+	// Waiting is the number of calls waiting for a lease — the tickets in
+	// the gate's queue, including those of callers gone but not yet
+	// skipped — and for their slot (up to MaxConcurrency of these are
+	// counted).
 	Waiting int
 }
 
@@ -279,6 +285,8 @@ func (r *Registry) Stats(ctx context.Context, name string) (Stats, error) {
 		engine.Release(keyGate, probeLease),
 		engine.Acquire(keyWaiting, probeLease, algo.MaxGateLimit, engine.MinTTLMs),
 		engine.Release(keyWaiting, probeLease),
+		engine.Get(keyTail),
+		engine.Get(keyServed),
 	)
 	if err != nil {
 		return Stats{}, fmt.Errorf("limiter %q: %w", name, err)
@@ -292,7 +300,7 @@ func (r *Registry) Stats(ctx context.Context, name string) (Stats, error) {
 		Remaining: int(res[0].Remaining),
 		ResetAt:   time.UnixMilli(max(now, res[0].ResetAt)),
 		InFlight:  liveLeases(res[2]),
-		Waiting:   liveLeases(res[4]),
+		Waiting:   liveLeases(res[4]) + int(max(0, counterValue(res[6])-counterValue(res[7]))),
 	}
 	if res[1].Found && res[1].TTLMs > 0 {
 		st.PenaltyUntil = time.UnixMilli(now + res[1].TTLMs)
@@ -443,13 +451,34 @@ func (r *Registry) watch(name string) (changed, freed <-chan struct{}) {
 	return st.changed, st.freed
 }
 
-// freed wakes the calls of name waiting here for a lease.
+// freed wakes the calls of name waiting here for a lease or their turn.
 func (r *Registry) freed(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.state(name)
 	close(st.freed)
 	st.freed = make(chan struct{})
+}
+
+// served returns the gate queue's served counter of name as this process
+// last saw it, or 0 if it has not seen it for refreshEvery: a guess for the
+// queue's fast path that is never above the counter (see keepQueue).
+func (r *Registry) served(name string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(name)
+	if time.Since(st.servedAt) >= refreshEvery {
+		return 0
+	}
+	return st.served
+}
+
+// sawServed records the gate queue's served counter of name as read.
+func (r *Registry) sawServed(name string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(name)
+	st.served, st.servedAt = n, time.Now()
 }
 
 // refreshDue reports whether the lifetime of name's stored configuration

@@ -2,6 +2,8 @@ package pace_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -108,6 +110,52 @@ func TestWaitingSurvivesARestartOfTheDurableStore(t *testing.T) {
 			if at[i] != want[i]*time.Second {
 				t.Fatalf("calls started at %v, want at their slots %v s", at, want)
 			}
+		}
+		if n := len(d.events()); n != 0 {
+			t.Errorf("%d drops across the restart, want 0", n)
+		}
+	})
+}
+
+// Callers waiting in the gate's queue while the durable store restarts
+// keep their places: they ride the outage out without a drop, and take the
+// lease in their order of arrival once the store is back.
+func TestQueueSurvivesARestartOfTheDurableStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := openRestartable(t)
+		defer store.Close()
+		var d drops
+		configure(t, pace.NewRegistry(store), "api", capped(1, 10*time.Second))
+		proc := func() *pace.Bound {
+			return pace.Define("api", pace.WithOnDrop(d.observe)).Bind(pace.NewRegistry(store))
+		}
+		var started order
+		call := func(id string, fn time.Duration) {
+			if _, err := pace.Call(t.Context(), proc(), func(context.Context) (int, error) {
+				started.add(id)
+				time.Sleep(fn)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { call("holder", 3*time.Second) })
+		synctest.Wait()
+		want := []string{"holder"}
+		for i := range 4 {
+			id := fmt.Sprintf("waiter-%d", i)
+			want = append(want, id)
+			wg.Go(func() { call(id, 100*time.Millisecond) })
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(600 * time.Millisecond)
+		store.stop() // from 1 s to 2 s, while all four wait
+		time.Sleep(time.Second)
+		store.start()
+		wg.Wait()
+		if got := started.get(); !slices.Equal(got, want) {
+			t.Errorf("callers started in the order %v, want their order of arrival %v", got, want)
 		}
 		if n := len(d.events()); n != 0 {
 			t.Errorf("%d drops across the restart, want 0", n)
