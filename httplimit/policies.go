@@ -243,7 +243,7 @@ func decodePolicy(name, v string) (Quota, error) {
 	return q, nil
 }
 
-func noPolicy(name string) error { return fmt.Errorf("%w: %q", ErrNoPolicy, name) }
+func noPolicy(name string) error { return fmt.Errorf("policy %q: %w", name, ErrNoPolicy) }
 
 // Set stores q as the policy name, creating or replacing it. A quota with
 // no Name is named after the policy. Replacing a policy keeps the counts
