@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -26,21 +27,36 @@ func (w *nopWriter) WriteHeader(int)             {}
 //	path=unselected  a path the stage does not select: the route match alone
 //	path=selected    one client's quota checked and charged, fields written
 //	clients=N        the same, spread over N client addresses
+//	policy=stored    the quota of a stored policy (Policies), read once and
+//	                 then from the cache
 func BenchmarkHandler(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		path    string
 		clients int
+		stored  bool
 	}{
-		{"path=unselected", "/static/app.js", 1},
-		{"path=selected/clients=1", "/api/items", 1},
-		{"path=selected/clients=1000", "/api/items", 1000},
+		{"path=unselected", "/static/app.js", 1, false},
+		{"path=selected/clients=1", "/api/items", 1, false},
+		{"path=selected/clients=1000", "/api/items", 1000, false},
+		{"path=selected/clients=1000/policy=stored", "/api/items", 1000, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			mem, _ := newMem(b, 1_000_000)
+			mem, clock := newMem(b, 1_000_000)
 			cfg := config(mem, algo.MaxLimit, "/api/*", "/login")
 			cfg.Quota.Window = 24 * time.Hour
 			cfg.Quota.Kind = algo.KindFixed
+			if bc.stored {
+				pols := newPolicies(b, mem, clock, time.Minute)
+				if err := pols.Set(context.Background(), "api", cfg.Quota); err != nil {
+					b.Fatal(err)
+				}
+				pol, err := pols.Policy("api")
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg.Policy = pol
+			}
 			lim, err := httplimit.New(cfg)
 			if err != nil {
 				b.Fatal(err)

@@ -177,16 +177,16 @@ func (l *Limiter) check(r *http.Request, sc *scratch) (decision, error) {
 	} else {
 		sc.msg = append(sc.msg[:sc.seed], l.key(r)...)
 	}
-	// The batch is valid by construction, so the store is called directly
-	// rather than through engine.Engine, which would validate it again on
-	// every request: the commands were validated when the quota was
-	// compiled, and the partition, a valid prefix, a colon and 32 hex
-	// digits, is always a valid partition name (TestCompiledBatchesAreValid).
 	partition, ok := l.names.get(sc.msg[sc.seed:])
 	if !ok {
 		var buf [maxPartitionLen]byte
 		partition = l.names.add(sc.msg[sc.seed:], sc.appendPartition(buf[:0], l.prefix))
 	}
+	// The batch is valid by construction, so the store is called directly
+	// rather than through engine.Engine, which would validate it again on
+	// every request: the commands were validated when the quota was
+	// compiled, and the partition, a valid prefix, a colon and 32 hex
+	// digits, is always a valid partition name (TestCompiledBatchesAreValid).
 	sc.batch = engine.Batch{Partition: partition, Commands: q.cmds}
 	err := l.store.Apply(r.Context(), &sc.batch, &sc.out)
 	sc.batch = engine.Batch{} // hold no reference to the request's data while pooled

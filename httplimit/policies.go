@@ -243,7 +243,7 @@ func decodePolicy(name, v string) (Quota, error) {
 	return q, nil
 }
 
-func noPolicy(name string) error { return fmt.Errorf("%w: %q", ErrNoPolicy, name) }
+func noPolicy(name string) error { return fmt.Errorf("policy %q: %w", name, ErrNoPolicy) }
 
 // Set stores q as the policy name, creating or replacing it. A quota with
 // no Name is named after the policy. Replacing a policy keeps the counts
@@ -436,7 +436,10 @@ type policyEntry struct {
 
 	mu     sync.Mutex
 	flight *policyRead // the read in flight, or nil
-	broken bool        // the last answer was an error (for logging transitions)
+	// written counts the answers this process wrote itself (Set, Delete),
+	// so that a read begun before one does not replace it.
+	written uint64
+	broken  bool // the last answer was an error (for logging transitions)
 	// extendedAt is when this process last extended the lifetime of the
 	// policy's records.
 	extendedAt time.Time
@@ -483,11 +486,15 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 		}
 		f := &policyRead{done: make(chan struct{})}
 		e.flight = f
+		written := e.written
 		e.mu.Unlock()
 
 		f.st = p.read(ctx, e, now)
 		e.mu.Lock()
-		if f.st != nil {
+		switch {
+		case f.st != nil && e.written != written:
+			f.st = e.state.Load() // this process wrote the policy meanwhile
+		case f.st != nil:
 			e.state.Store(f.st)
 			p.logTransition(e, f.st.err)
 		}
@@ -548,8 +555,10 @@ func (p *Policies) extend(ctx context.Context, e *policyEntry, ttlMs int64, now 
 	if !due {
 		return
 	}
+	// The renewal serves every request, not only the one that found it
+	// due: it runs to its end whatever becomes of that request.
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out,
+	if err := p.eng.Apply(context.WithoutCancel(ctx), PolicyPartition, &out,
 		engine.Expire(policyKey(e.name), engine.MaxTTLMs),
 		engine.Expire(indexKey(e.name), engine.MaxTTLMs),
 	); err != nil {
@@ -569,6 +578,7 @@ func (p *Policies) learned(name string, st *policyState) {
 		return
 	}
 	e.mu.Lock()
+	e.written++
 	e.state.Store(st)
 	p.logTransition(e, st.err)
 	e.mu.Unlock()

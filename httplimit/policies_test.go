@@ -428,8 +428,8 @@ func TestPolicyStageFollowsAServer(t *testing.T) {
 	}
 }
 
-// gateStore holds every read of a policy until release is closed or the
-// reading request's context ends, and counts them.
+// gateStore counts the reads of a policy, and holds each one's answer until
+// release is closed or the reading request's context ends.
 type gateStore struct {
 	engine.Store
 	release chan struct{}
@@ -437,15 +437,17 @@ type gateStore struct {
 }
 
 func (s *gateStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
-	if b.Partition == httplimit.PolicyPartition && b.Commands[0].Op == engine.OpGet {
-		s.reads.Add(1)
-		select {
-		case <-s.release:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if b.Partition != httplimit.PolicyPartition || b.Commands[0].Op != engine.OpGet || !strings.HasPrefix(b.Commands[0].Key, httplimit.PolicyKeyPrefix) {
+		return s.Store.Apply(ctx, b, out)
 	}
-	return s.Store.Apply(ctx, b, out)
+	s.reads.Add(1)
+	err := s.Store.Apply(ctx, b, out)
+	select {
+	case <-s.release:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Requests arriving while a policy is being read wait for that one read:
@@ -517,6 +519,34 @@ func TestPolicyReaderCancelled(t *testing.T) {
 		wg.Wait()
 		if leader != http.StatusServiceUnavailable || !slices.Equal(got, statuses(200, 200, 200, 200, 200)) || ran.Load() != followers {
 			t.Fatalf("cancelled reader %d, followers %v, handler ran %d times", leader, got, ran.Load())
+		}
+	})
+}
+
+// A policy this process writes while it is reading the policy is not
+// replaced by the older answer of that read.
+func TestPolicyWrittenDuringARead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mem, clock := newMem(t, 100)
+		if err := newPolicies(t, mem, clock, time.Second).Set(ctx, "login", httplimit.Quota{Limit: 1, Window: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		gate := &gateStore{Store: mem, release: make(chan struct{})}
+		pols := newPolicies(t, gate, clock, 10*time.Second)
+		h, _, _ := policyStage(t, gate, pols, "login")
+
+		var first int
+		var wg sync.WaitGroup
+		wg.Go(func() { first = serve(h, http.MethodPost, "/login", "203.0.113.9:1").Code })
+		synctest.Wait() // the read holds the answer "limit 1"
+		if err := pols.Set(ctx, "login", httplimit.Quota{Limit: 3, Window: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		close(gate.release)
+		wg.Wait()
+		if got := append([]int{first}, codes(h, 3)...); !slices.Equal(got, statuses(200, 200, 200, 429)) {
+			t.Fatalf("limit 3 written during a read of limit 1: %v", got)
 		}
 	})
 }
