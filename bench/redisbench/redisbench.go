@@ -45,6 +45,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/bench/internal/stats"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/store/redisstore"
 )
@@ -287,7 +288,7 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 		errOnce  sync.Once
 		firstErr error
 		mu       sync.Mutex
-		hist     histogram
+		hist     stats.Histogram
 		wg       sync.WaitGroup
 	)
 	timed := o.Duration > 0
@@ -308,8 +309,8 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 	for i := range o.Clients {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i)+1, uint64(time.Now().UnixNano())))
-			var h histogram
-			defer func() { mu.Lock(); hist.merge(&h); mu.Unlock() }()
+			var h stats.Histogram
+			defer func() { mu.Lock(); hist.Merge(&h); mu.Unlock() }()
 			for ctx.Err() == nil {
 				p := phase.Load()
 				if p == done || (!timed && tickets.Add(-1) < 0) {
@@ -328,7 +329,7 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 				}
 				calls.Add(1)
 				denied.Add(uint64(d))
-				h.record(elapsed)
+				h.Record(elapsed)
 			}
 		})
 	}
@@ -358,7 +359,7 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 		after, serr = readStats(context.WithoutCancel(ctx), admin)
 	}
 	r := Result{Config: cfg.Name, PerCall: cfg.PerCall, Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
-		Elapsed: elapsed, P50: hist.quantile(0.5), P99: hist.quantile(0.99), FirstErr: firstErr}
+		Elapsed: elapsed, P50: hist.Quantile(0.5), P99: hist.Quantile(0.99), FirstErr: firstErr}
 	r.setStats(before, after)
 	if serr != nil {
 		return r, serr

@@ -3,10 +3,10 @@ package redisbench
 import (
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/stats"
 )
 
 // Summary gathers the results of every round of one run.
@@ -34,25 +34,12 @@ func (s *Summary) results(name string) []Result {
 	return out
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
-}
-
 func medianOf(rs []Result, f func(Result) float64) float64 {
 	xs := make([]float64, len(rs))
 	for i, r := range rs {
 		xs[i] = f(r)
 	}
-	return median(xs)
+	return stats.Median(xs)
 }
 
 // Median returns the median over the rounds of f of configuration name, and
@@ -84,15 +71,15 @@ func (s *Summary) WriteTable(w io.Writer) {
 		per := make([]string, len(rs))
 		for i, r := range rs {
 			errs += r.Errors
-			per[i] = thousands(r.DecisionsPerSec())
+			per[i] = stats.Thousands(r.DecisionsPerSec())
 		}
 		p50, p99 := "–", "–"
 		if !c.External {
-			p50 = latency(time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P50) })))
-			p99 = latency(time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P99) })))
+			p50 = stats.Latency(time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P50) })))
+			p99 = stats.Latency(time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P99) })))
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %.1f | %.1f | %d | %s |\n",
-			c.Name, c.PerCall, thousands(medianOf(rs, Decisions)), p50, p99,
+			c.Name, c.PerCall, stats.Thousands(medianOf(rs, Decisions)), p50, p99,
 			medianOf(rs, ScriptUsec), medianOf(rs, ServerCPU), errs, strings.Join(per, ", "))
 	}
 }
@@ -164,22 +151,4 @@ func (s *Summary) WriteAims(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s | %.2f | %s | %s |\n", a.Text, num, strings.Join(per, ", "), met)
 	}
-}
-
-// thousands formats x rounded to a whole number with comma separators.
-func thousands(x float64) string {
-	s := strconv.FormatInt(int64(x+0.5), 10)
-	var b strings.Builder
-	for i, ch := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(ch)
-	}
-	return b.String()
-}
-
-// latency formats d in milliseconds with two decimals.
-func latency(d time.Duration) string {
-	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }

@@ -3,10 +3,10 @@ package rpcbench
 import (
 	"fmt"
 	"io"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/stats"
 )
 
 // Summary gathers the results of every round of one run.
@@ -34,25 +34,12 @@ func (s *Summary) results(name string) []Result {
 	return out
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	xs = slices.Clone(xs)
-	slices.Sort(xs)
-	n := len(xs)
-	if n%2 == 1 {
-		return xs[n/2]
-	}
-	return (xs[n/2-1] + xs[n/2]) / 2
-}
-
 func medianOf(rs []Result, f func(Result) float64) float64 {
 	xs := make([]float64, len(rs))
 	for i, r := range rs {
 		xs[i] = f(r)
 	}
-	return median(xs)
+	return stats.Median(xs)
 }
 
 // Median returns the median over the rounds of f of configuration name, and
@@ -81,14 +68,14 @@ func (s *Summary) WriteTable(w io.Writer) {
 		per := make([]string, len(rs))
 		for i, r := range rs {
 			errs += r.Errors
-			per[i] = thousands(r.DecisionsPerSec())
+			per[i] = stats.Thousands(r.DecisionsPerSec())
 		}
 		p50 := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P50) }))
 		p99 := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P99) }))
 		cpu := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.CPUPerDecision()) }))
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.2f | %d | %s |\n",
-			c.Name, c.PerCall, thousands(medianOf(rs, Calls)), thousands(medianOf(rs, Decisions)),
-			latency(p50), latency(p99), micros(cpu), medianOf(rs, Result.Cores), errs, strings.Join(per, ", "))
+			c.Name, c.PerCall, stats.Thousands(medianOf(rs, Calls)), stats.Thousands(medianOf(rs, Decisions)),
+			stats.Latency(p50), stats.Latency(p99), stats.Micros(cpu), medianOf(rs, Result.Cores), errs, strings.Join(per, ", "))
 	}
 }
 
@@ -140,31 +127,8 @@ func (s *Summary) WriteAims(w io.Writer) {
 			if num >= a.Reference {
 				ref = "at or above"
 			}
-			met += fmt.Sprintf(" (%s/s: %s the %s/s reference)", thousands(num), ref, thousands(a.Reference))
+			met += fmt.Sprintf(" (%s/s: %s the %s/s reference)", stats.Thousands(num), ref, stats.Thousands(a.Reference))
 		}
-		fmt.Fprintf(w, "| %s | %.2f | %.2f | %s | %s |\n", a.Text, ratio, median(ratios), strings.Join(per, ", "), met)
+		fmt.Fprintf(w, "| %s | %.2f | %.2f | %s | %s |\n", a.Text, ratio, stats.Median(ratios), strings.Join(per, ", "), met)
 	}
-}
-
-// thousands formats x rounded to a whole number with comma separators.
-func thousands(x float64) string {
-	s := strconv.FormatInt(int64(x+0.5), 10)
-	var b strings.Builder
-	for i, ch := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(ch)
-	}
-	return b.String()
-}
-
-// micros formats d in microseconds with one decimal.
-func micros(d time.Duration) string {
-	return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
-}
-
-// latency formats d in milliseconds with two decimals.
-func latency(d time.Duration) string {
-	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }

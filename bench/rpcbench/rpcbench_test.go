@@ -49,33 +49,6 @@ func TestSelect(t *testing.T) {
 	}
 }
 
-// TestHistogram checks the quantiles of known durations within the
-// histogram's 1 % precision.
-func TestHistogram(t *testing.T) {
-	var h histogram
-	for i := 1; i <= 1000; i++ {
-		h.record(time.Duration(i) * time.Microsecond)
-	}
-	for _, tc := range []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 500 * time.Microsecond}, {0.99, 990 * time.Microsecond}, {1, time.Millisecond}} {
-		got := h.quantile(tc.q)
-		if d := got - tc.want; d < -tc.want/100 || d > tc.want/100 {
-			t.Errorf("quantile(%v) = %v, want %v ± 1 %%", tc.q, got, tc.want)
-		}
-	}
-	for _, ns := range []uint64{0, 1, 255, 256, 257, 1 << 20, 1<<40 + 12345, 1<<63 - 1} {
-		b := bucketOf(ns)
-		if b < 0 || b >= histBuckets {
-			t.Fatalf("bucketOf(%d) = %d out of range", ns, b)
-		}
-		if v := bucketValue(b); float64(v) < float64(ns)*0.99 || float64(v) > float64(ns)*1.01+1 {
-			t.Errorf("bucketValue(bucketOf(%d)) = %d, over 1 %% away", ns, v)
-		}
-	}
-}
-
 // TestReport checks that the tables name every measured configuration and
 // judge every aim whose two sides were measured.
 func TestReport(t *testing.T) {

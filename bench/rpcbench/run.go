@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/internal/stats"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/store/diskstore"
 )
@@ -106,7 +107,7 @@ type instance interface {
 // source and scratch, so callers share nothing but the client.
 type caller struct {
 	rng     *rand.Rand
-	hist    histogram
+	hist    stats.Histogram
 	scratch any // the instance's per-caller request, reused between calls
 }
 
@@ -203,7 +204,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 				}
 				calls.Add(1)
 				denied.Add(uint64(d))
-				w.hist.record(elapsed)
+				w.hist.Record(elapsed)
 			}
 		})
 	}
@@ -235,14 +236,14 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		wg.Wait()
 		measured, cpu = time.Since(start), processCPU()-cpu0
 	}
-	var h histogram
+	var h stats.Histogram
 	for _, w := range callers {
-		h.merge(&w.hist)
+		h.Merge(&w.hist)
 	}
 	res := Result{
 		Config: cfg.Name, PerCall: cfg.PerCall,
 		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
-		Elapsed: measured, P50: h.quantile(0.50), P99: h.quantile(0.99), CPU: cpu,
+		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: cpu,
 		FirstErr: firstErr,
 	}
 	return res, ctx.Err()

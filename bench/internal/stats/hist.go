@@ -1,4 +1,6 @@
-package rpcbench
+// Package stats holds what the bench harnesses share: a latency histogram
+// and the formatting of their reports.
+package stats
 
 import (
 	"math/bits"
@@ -13,10 +15,10 @@ const subBits = 7
 // histBuckets covers every duration up to 2^63 ns.
 const histBuckets = (64 - subBits + 1) << subBits
 
-// histogram counts latencies in log-linear buckets. Recording allocates
+// Histogram counts latencies in log-linear buckets. Recording allocates
 // nothing and costs a few instructions, so it does not disturb the load it
 // measures; each worker keeps its own and they are merged at the end.
-type histogram struct {
+type Histogram struct {
 	counts [histBuckets]uint64
 	n      uint64
 }
@@ -39,7 +41,8 @@ func bucketValue(i int) uint64 {
 	return lo + (uint64(1)<<shift)/2
 }
 
-func (h *histogram) record(d time.Duration) {
+// Record counts d (a negative d as 0).
+func (h *Histogram) Record(d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
@@ -47,16 +50,17 @@ func (h *histogram) record(d time.Duration) {
 	h.n++
 }
 
-func (h *histogram) merge(o *histogram) {
+// Merge adds the counts of o to h.
+func (h *Histogram) Merge(o *Histogram) {
 	for i, c := range o.counts {
 		h.counts[i] += c
 	}
 	h.n += o.n
 }
 
-// quantile returns the q-quantile (0 < q ≤ 1) of the recorded durations,
+// Quantile returns the q-quantile (0 < q ≤ 1) of the recorded durations,
 // or 0 when nothing was recorded.
-func (h *histogram) quantile(q float64) time.Duration {
+func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
