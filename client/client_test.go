@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -557,9 +558,17 @@ func TestApplyReusesOutAndSendsFreshIDs(t *testing.T) {
 
 func TestRequestsAreSignedAtTheConfiguredClock(t *testing.T) {
 	h := newHarness(t)
+	// The server reads a fixed wall clock, so the skew is exactly what the
+	// test says however long a request takes on a busy machine.
+	wall := time.Unix(1_700_000_000, 0)
+	scfg := server.DefaultConfig()
+	scfg.Secrets = []string{testSecret}
+	scfg.OperatorToken = testToken
+	scfg.Now = func() time.Time { return wall }
+	h.rpc = server.New(engine.New(h.store), scfg)
 	for skew, ok := range map[time.Duration]bool{-59 * time.Second: true, 59 * time.Second: true, -61 * time.Second: false, 61 * time.Second: false} {
 		cfg := h.config()
-		cfg.Now = func() time.Time { return time.Now().Add(skew) }
+		cfg.Now = func() time.Time { return wall.Add(skew) }
 		c := client.New(cfg)
 		_, err := c.Do(ctxT(t), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}})
 		c.Close()
