@@ -83,6 +83,9 @@ type admission struct {
 	sends       int
 	resent      bool
 	pendingFast int64
+	// sent is when the last request of once was sent: its answer, and
+	// the store's clock in it, came after.
+	sent time.Time
 }
 
 // caller carries one call through its attempts.
@@ -301,6 +304,7 @@ func (a *admission) once(ctx context.Context) (*engine.Response, error) {
 		req.Steps = append(slices.Clip(req.Steps), engine.Step{Partition: a.c.part, Commands: []engine.Command{a.cfg.pace(keyLog).Claim(probeAt, 1, 0)}})
 	}
 	a.sends++
+	a.sent = time.Now()
 	resp, err := a.do(ctx, &req)
 	if err != nil {
 		return nil, err
@@ -361,7 +365,10 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 	case !t.Allowed:
 		return false, a.tooLong(t.RetryAfterMs, maxWait)
 	case a.resent && t.At < a.now:
-		a.missed()
+		a.missed("a slot came while the store was unreachable")
+		return false, nil
+	case t.At <= a.now && a.late(t.At):
+		a.missed("a slot came more than the start tolerance before its call could start")
 		return false, nil
 	case t.At <= a.now:
 		a.slot = t.At
@@ -372,10 +379,26 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// missed records a slot given up as late, and makes the call take another.
-func (a *admission) missed() {
-	a.c.reg.log.Info("pace: a slot came while the store was unreachable; taking another", "limiter", a.c.name)
+// missed records a slot given up as late, for the reason given, and makes
+// the call take another.
+func (a *admission) missed(reason string) {
+	a.c.reg.log.Info("pace: "+reason+"; taking another", "limiter", a.c.name)
 	a.phase = phaseTake
+}
+
+// late reports whether a call whose slot has come, as the answer of the
+// last request says, may start more than the start tolerance after it.
+// The store's clock read a.now (to the millisecond, truncated) after the
+// request was sent, so the time elapsed since the slot, when the call
+// starts right after this check, is at most a.now+1−slot milliseconds plus
+// the time since the request was sent. 0 disables the check.
+func (a *admission) late(slot int64) bool {
+	tol := a.cfg.StartToleranceMs
+	if tol == 0 {
+		return false
+	}
+	since := time.Duration(a.now+1-slot)*time.Millisecond + time.Since(a.sent)
+	return since > time.Duration(tol)*time.Millisecond
 }
 
 // claim waits for the slot, then claims it: the claim moves a slot that a
@@ -407,7 +430,10 @@ func (a *admission) claim(ctx context.Context) (bool, error) {
 	cl := res[1]
 	switch {
 	case cl.Allowed && a.resent && cl.At < a.now: // see take
-		a.missed()
+		a.missed("a slot came while the store was unreachable")
+		return false, nil
+	case cl.Allowed && cl.At <= a.now && a.late(cl.At):
+		a.missed("a slot came more than the start tolerance before its call could start")
 		return false, nil
 	case cl.Allowed && cl.At <= a.now:
 		a.slot = cl.At

@@ -42,7 +42,8 @@ them all. [Limiter.Bind] joins a limiter to a registry: what [Call] and
 
 Set [Config.Limit] and [Config.Window] to the upstream's limit, verbatim:
 "100 per minute" is Limit 100 and Window one minute. A rested limiter may
-spend all of it at once, and no rolling window ever holds more.
+spend all of it at once, and no rolling window of starts ever holds more
+(see [Config.StartTolerance] for what that costs).
 
 # How a call waits
 
@@ -77,7 +78,8 @@ slot nor before a penalty's deadline. Nor does a call start long after its
 slot: one whose slot came while the store was unreachable takes a new one
 when the store answers again (the slot it missed stays in the log,
 unused), since starting at once would put it beside the calls of later
-slots, in a window the log never counted it in.
+slots, in a window the log never counted it in. So does a call whose
+grant reached it more than [Config.StartTolerance] after its slot.
 
 A caller that gives up while waiting in the queue (its context ends, its
 limiter is reconfigured) marks its ticket abandoned, and the ticket is
@@ -129,12 +131,17 @@ fn starts, with the slot it was admitted at, for metrics of waits.
 
 # Guarantees and limits
 
-  - No rolling window of the log holds more than the limit, across every
+  - No rolling window of starts holds more than the limit, across every
     process, and no call starts before its slot. A call starts once its
     grant has reached it, a few milliseconds after its slot, and these
-    delays vary: two slots exactly a window apart can start a little less
-    than a window apart, so an upstream counting arrivals in exact windows
-    may see a few more than the limit in one. Leave it that margin.
+    delays vary, so two slots exactly a window apart could start less
+    than a window apart. [Config.StartTolerance] τ (100 ms by default)
+    closes that gap: the log counts its grants in windows of Window+τ,
+    and a call that could not start within τ after its slot gives the
+    slot up and takes another. A saturated limiter so starts Limit calls
+    per Window+τ. With τ 0, only the log's windows of slots are exact,
+    and an upstream counting arrivals may see a few more than the limit
+    in one window.
   - Never more than [Config.Concurrency] leases are live: more calls run
     at once only if a lease expires under a call that could not renew it
     (a stalled process, a store unreachable for a whole TTL), which is

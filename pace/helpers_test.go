@@ -38,10 +38,13 @@ func configure(t *testing.T, reg *pace.Registry, name string, cfg pace.Config) {
 	}
 }
 
-// config returns a valid configuration of limit calls per window.
+// config returns a valid configuration of limit calls per window, without
+// a start tolerance: in a bubble whose store answers at once a call starts
+// at its slot exactly, so the tests of pacing see the log's exact windows.
+// The start tolerance has tests of its own (starttolerance_test.go).
 func config(limit int, window time.Duration) pace.Config {
 	cfg := pace.DefaultConfig()
-	cfg.Limit, cfg.Window = limit, window
+	cfg.Limit, cfg.Window, cfg.StartTolerance = limit, window, 0
 	return cfg
 }
 

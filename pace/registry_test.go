@@ -54,6 +54,9 @@ func TestConfigureRefusesBadInput(t *testing.T) {
 		func() pace.Config { c := config(1, time.Second); c.Concurrency = 2; c.LeaseTTL = 0; return c }(),
 		func() pace.Config { c := config(1, time.Second); c.RefillFraction = 1.5; return c }(),
 		func() pace.Config { c := config(1, time.Second); c.MaxWait = -1; return c }(),
+		func() pace.Config { c := config(1, time.Second); c.StartTolerance = -time.Millisecond; return c }(),
+		func() pace.Config { c := config(1, time.Second); c.StartTolerance = 1500 * time.Microsecond; return c }(),
+		func() pace.Config { c := config(1, pace.MaxDuration); c.StartTolerance = time.Millisecond; return c }(),
 		func() pace.Config { c := config(1, time.Second); c.Retry.Factor = 0.5; return c }(),
 		func() pace.Config { c := config(1, time.Second); c.Retry.Floor = time.Minute; return c }(), // over the default ceiling
 	}

@@ -378,6 +378,7 @@ func toPace(c wire.LimiterConfig) pace.Config {
 		LeaseTTL:       millis(c.LeaseTTLMs),
 		RefillFraction: c.RefillFraction,
 		MaxWait:        millis(c.MaxWaitMs),
+		StartTolerance: millis(c.StartToleranceMs),
 		Retry: pace.Retry{
 			Attempts: int(c.Retry.Attempts),
 			Floor:    millis(c.Retry.FloorMs),
@@ -390,12 +391,13 @@ func toPace(c wire.LimiterConfig) pace.Config {
 // fromPace returns c as the wire carries it.
 func fromPace(c pace.Config) wire.LimiterConfig {
 	return wire.LimiterConfig{
-		LimitPerWindow: int64(c.Limit),
-		WindowMs:       c.Window.Milliseconds(),
-		Concurrency:    int64(c.Concurrency),
-		LeaseTTLMs:     c.LeaseTTL.Milliseconds(),
-		RefillFraction: c.RefillFraction,
-		MaxWaitMs:      c.MaxWait.Milliseconds(),
+		LimitPerWindow:   int64(c.Limit),
+		WindowMs:         c.Window.Milliseconds(),
+		Concurrency:      int64(c.Concurrency),
+		LeaseTTLMs:       c.LeaseTTL.Milliseconds(),
+		RefillFraction:   c.RefillFraction,
+		MaxWaitMs:        c.MaxWait.Milliseconds(),
+		StartToleranceMs: c.StartTolerance.Milliseconds(),
 		Retry: wire.LimiterRetry{
 			Attempts:  int64(c.Retry.Attempts),
 			FloorMs:   c.Retry.Floor.Milliseconds(),

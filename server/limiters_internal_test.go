@@ -39,6 +39,7 @@ func limiterEdges() []struct {
 		{"leaseTtlMs", around(0, wire.MinLimiterLeaseTTLMs, wire.MaxLimiterMs), func(c *wire.LimiterConfig, v float64) { c.LeaseTTLMs = int64(v) }},
 		{"refillFraction", []float64{-0.001, 0, 0.0005, 0.001, 0.3, 0.333, 0.3333, 0.5, 0.999, 1, 1.001}, func(c *wire.LimiterConfig, v float64) { c.RefillFraction = v }},
 		{"maxWaitMs", around(0, wire.MaxLimiterMs), func(c *wire.LimiterConfig, v float64) { c.MaxWaitMs = int64(v) }},
+		{"startToleranceMs", around(0, 100, wire.MaxLimiterMs-60_000, wire.MaxLimiterMs), func(c *wire.LimiterConfig, v float64) { c.StartToleranceMs = int64(v) }},
 		{"retry.attempts", around(0, wire.MaxLimiterAttempts), func(c *wire.LimiterConfig, v float64) { c.Retry.Attempts = int64(v) }},
 		{"retry.floorMs", around(0, 500, 30_000, day, wire.MaxLimiterMs), func(c *wire.LimiterConfig, v float64) { c.Retry.FloorMs = int64(v) }},
 		{"retry.ceilingMs", around(0, 500, 30_000, day, wire.MaxLimiterMs), func(c *wire.LimiterConfig, v float64) { c.Retry.CeilingMs = int64(v) }},

@@ -172,7 +172,7 @@ func TestLimitersSeeWhatWorkersConfigure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := wire.LimiterConfig{LimitPerWindow: 10, WindowMs: 1000, LeaseTTLMs: 30_000, RefillFraction: 0.5, MaxWaitMs: 300_000}
+	want := wire.LimiterConfig{LimitPerWindow: 10, WindowMs: 1000, LeaseTTLMs: 30_000, RefillFraction: 0.5, MaxWaitMs: 300_000, StartToleranceMs: 100}
 	if len(list) != 1 || list[0].Name != "geo" || list[0].Config != want {
 		t.Errorf("List = %+v, want geo with %+v", list, want)
 	}

@@ -63,6 +63,12 @@ type LimiterConfig struct {
 	// MaxWaitMs is the longest a call waits for its slot; 0 means calls
 	// never wait.
 	MaxWaitMs int64 `json:"maxWaitMs"`
+	// StartToleranceMs is how late after its slot a call may still start
+	// (see pace.Config.StartTolerance): windows of starts then hold no
+	// more than the limit, at the cost of WindowMs/(WindowMs+τ) of the
+	// throughput. 0 … MaxLimiterMs−WindowMs; absent or 0 bounds slots
+	// only.
+	StartToleranceMs int64 `json:"startToleranceMs,omitempty"`
 	// Retry is how failed and rate-limited calls are retried.
 	Retry LimiterRetry `json:"retry"`
 }
@@ -167,6 +173,9 @@ func (c LimiterConfig) Validate() error {
 	}
 	if c.MaxWaitMs < 0 || c.MaxWaitMs > MaxLimiterMs {
 		bad("maxWaitMs %d outside 0…%d", c.MaxWaitMs, MaxLimiterMs)
+	}
+	if most := MaxLimiterMs - max(c.WindowMs, 0); c.StartToleranceMs < 0 || c.StartToleranceMs > most {
+		bad("startToleranceMs %d outside 0…%d (120 days less windowMs)", c.StartToleranceMs, most)
 	}
 	r := c.Retry
 	if r.Attempts < 0 || r.Attempts > MaxLimiterAttempts {

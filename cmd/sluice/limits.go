@@ -384,6 +384,7 @@ func diffConfigs(a, b wire.LimiterConfig) string {
 	add("leaseTtlMs", a.LeaseTTLMs, b.LeaseTTLMs)
 	add("refillFraction", a.RefillFraction, b.RefillFraction)
 	add("maxWaitMs", a.MaxWaitMs, b.MaxWaitMs)
+	add("startToleranceMs", a.StartToleranceMs, b.StartToleranceMs)
 	add("retry.attempts", a.Retry.Attempts, b.Retry.Attempts)
 	add("retry.floorMs", a.Retry.FloorMs, b.Retry.FloorMs)
 	add("retry.ceilingMs", a.Retry.CeilingMs, b.Retry.CeilingMs)
