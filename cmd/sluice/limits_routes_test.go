@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
+	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,5 +200,53 @@ func TestLimitsApplyAndStatsRoutes(t *testing.T) {
 	saved, err := readLimitsFile(filepath.Join(dir, "sluice-limits.yaml"))
 	if err != nil || !maps.Equal(saved.routes, serverPolicies(t, hs)) || !strings.Contains(string(saved.raw), "# Sign-in: 10 attempts") {
 		t.Errorf("stats --save: %v\n%s", err, saved.raw)
+	}
+}
+
+// TestLimitsAgainstAServerWithoutPolicies runs the commands against a
+// server answering /v1/policies 404 not_found, as one from before the
+// endpoints: a file without routes applies and saves as before; one with
+// routes is refused before anything is written.
+func TestLimitsAgainstAServerWithoutPolicies(t *testing.T) {
+	hs := newLimitsServer(t)
+	backend, err := url.Parse(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(backend)
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, wire.PathPolicies) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(wire.NewProblem(wire.CodeNotFound, "no such endpoint"))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(old.Close)
+	dir := t.TempDir()
+	env := map[string]string{"SLUICE_URL": old.URL, "SLUICE_LIMITS_KEY": testLimitsKey}
+	if _, err := runLimits(t, dir, env, "limits", "sample"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runLimits(t, dir, env, "limits", "apply"); err == nil || !strings.Contains(err.Error(), "nothing was applied: reading the route policies") {
+		t.Errorf("apply of routes to a server without policies: %v", err)
+	}
+	if got := serverLimiters(t, hs); len(got) != 0 {
+		t.Errorf("a refused file configured %v", got)
+	}
+	sample, err := os.ReadFile(filepath.Join(dir, "sluice-limits.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limitersOnly, _, _ := strings.Cut(string(sample), "# Route quotas")
+	if err := os.WriteFile(filepath.Join(dir, "sluice-limits.yaml"), []byte(limitersOnly), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runLimits(t, dir, env, "limits", "apply"); err != nil || !strings.Contains(out, "2 created or changed") {
+		t.Fatalf("apply of limiters alone: %v\n%s", err, out)
+	}
+	if out, err := runLimits(t, dir, env, "limits", "stats", "--save"); err != nil || !strings.Contains(out, "left as it is") {
+		t.Errorf("stats --save of limiters alone: %v\n%s", err, out)
 	}
 }
