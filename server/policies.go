@@ -34,8 +34,11 @@ func (s *Server) initPolicies(store engine.Store) {
 	// the refresh interval of the stages' cache does not apply here.
 	p, err := httplimit.NewPolicies(cfg)
 	if err != nil {
-		// Only a nil store fails validation.
-		panic(fmt.Sprintf("server: policies: %v", err))
+		// Only a missing store fails validation, and store is set; should
+		// that change, the server refuses loudly rather than serving half.
+		s.misconfigured = "policies: " + err.Error()
+		s.log.Error("refusing every RPC", "reason", s.misconfigured)
+		return
 	}
 	s.policies = p
 }

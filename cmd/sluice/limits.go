@@ -200,7 +200,7 @@ func (o *limitsRemote) connect(con *console) (*client.Limiters, *client.Policies
 func newLimitsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
-		Short: "Keep the paced-call limiters of a server in a file under version control",
+		Short: "Keep the paced-call limiters and route policies of a server in a file under version control",
 		Long: `Keep the paced-call limiters of a server (package pace) in a limits file under
 version control: one entry per upstream limit, in YAML (.yaml, .yml) or JSON
 with comments (.json, .jsonc). An optional "routes" section keeps the route
