@@ -135,7 +135,8 @@ func (l *Limiters) Reconfigure(ctx context.Context, name string, patch map[strin
 
 func limiterPath(name string) string { return wire.PathLimiters + "/" + url.PathEscape(name) }
 
-// do sends one request and decodes a 200 answer into out.
+// do sends one request and decodes a 200 answer into out, or takes a 204
+// answer when out is nil.
 func (l *Limiters) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
@@ -155,6 +156,9 @@ func (l *Limiters) do(ctx context.Context, method, path, contentType string, bod
 	answer, err := wire.ReadBody(resp.Body, maxAnswer)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, unavailable(err))
+	}
+	if resp.StatusCode == http.StatusNoContent && out == nil {
+		return nil
 	}
 	if resp.StatusCode != http.StatusOK {
 		var p wire.Problem

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/pace"
 )
 
@@ -45,7 +49,8 @@ func firstLine(t *testing.T, s *server, name string) string {
 // with the limits key from the environment, reads it back with
 // stats --save, and finds the file unchanged; then a worker process's
 // pace.Registry over the client package finds the limiters and calls
-// through one.
+// through one, and an httplimit stage over the client enforces the file's
+// route policy.
 func TestLimitsFileRoundTrip(t *testing.T) {
 	t.Parallel()
 	limitsKey := strings.Repeat("L", 48)
@@ -63,11 +68,11 @@ func TestLimitsFileRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, errOut, status := runCLIEnv(t, dir, env, "limits", "apply", "-f", file)
-			if status != 0 || !strings.Contains(out, "2 limiter(s) in "+file) {
+			if status != 0 || !strings.Contains(out, "2 limiter(s) in "+file) || !strings.Contains(out, "1 route policy(ies) in "+file) {
 				t.Fatalf("apply: status %d: %s%s", status, out, errOut)
 			}
 			out, errOut, status = runCLIEnv(t, dir, env, "limits", "stats", "--save", "-f", file)
-			if status != 0 || !strings.Contains(out, "billing-api") || !strings.Contains(out, "geocoder") {
+			if status != 0 || !strings.Contains(out, "billing-api") || !strings.Contains(out, "geocoder") || !strings.Contains(out, "login") {
 				t.Fatalf("stats --save: status %d: %s%s", status, out, errOut)
 			}
 			read, err := os.ReadFile(filepath.Join(dir, file))
@@ -100,6 +105,35 @@ func TestLimitsFileRoundTrip(t *testing.T) {
 	if _, err := pace.Call(ctx, pace.Define("geocodr").Bind(reg), func(context.Context) (string, error) { return "ran", nil }); !errors.Is(err, pace.ErrNoSuchLimiter) {
 		t.Errorf("a call through a mistyped name: %v, want ErrNoSuchLimiter", err)
 	}
+	// A service's stage over the client enforces the applied route policy:
+	// 10 requests a minute per client.
+	pols, err := httplimit.NewPolicies(httplimit.PoliciesConfig{Store: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := pols.Policy("login")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := httplimit.DefaultConfig()
+	cfg.Routes, cfg.Prefix, cfg.Store, cfg.Policy = []string{"/login"}, "e2e", c, login
+	lim, err := httplimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	var codes []int
+	for range 11 {
+		req := httptest.NewRequest(http.MethodPost, "/login", nil)
+		req.RemoteAddr = "203.0.113.9:1"
+		rec := httptest.NewRecorder()
+		stage.ServeHTTP(rec, req)
+		codes = append(codes, rec.Code)
+	}
+	if want := append(slices.Repeat([]int{200}, 10), 429); !slices.Equal(codes, want) {
+		t.Errorf("the stage of the applied route policy answered %v, want %v", codes, want)
+	}
+
 	// The call's grant shows in the server's stats.
 	out, errOut, status := runCLIEnv(t, dir, env, "limits", "stats", "-f", "limits.yaml")
 	if status != 0 || !strings.Contains(out, "geocoder     5 per 1s      -            4") {

@@ -94,6 +94,12 @@ partition [PolicyPartition], under the keys [PolicyKeyPrefix] and
 [PolicyIndexPrefix] describe; over a Sluice server they are written and read
 through the client package like any other record.
 
+Over a Sluice server, operators configure policies as they configure
+paced-call limiters: in the "routes" section of a limits file, applied with
+"sluice limits apply", or through the server's /v1/policies endpoints
+(client.Policies), which write these records through the fleet's pepper
+(see docs/operations.md, "Route quota policies").
+
 # Answers
 
 An allowed request runs the protected handler. A rejected one is answered

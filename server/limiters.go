@@ -68,6 +68,7 @@ func (s *Server) initLimiters() {
 	if s.cfg.Pepper != "" {
 		store := keyhash.NewStore(s.eng.Store(), keyhash.New([]byte(s.cfg.Pepper)))
 		s.limiters = pace.NewRegistry(store, pace.WithLogger(s.log.With("component", "limiters")))
+		s.initPolicies(store)
 	}
 }
 
@@ -76,7 +77,7 @@ func (s *Server) features() []string {
 	if s.limiters == nil {
 		return nil
 	}
-	return []string{wire.FeatureLimiters}
+	return []string{wire.FeatureLimiters, wire.FeaturePolicies}
 }
 
 // routeLimiters registers the limiters endpoints. Each path takes several
@@ -248,7 +249,7 @@ func (s *Server) limitsAuthorized(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if s.limiters == nil {
-		writeProblem(w, wire.CodeUnavailable, "no key pepper configured: the limiters endpoints need the clients' pepper to name their limiters")
+		writeProblem(w, wire.CodeUnavailable, "no key pepper configured: the limiters and policies endpoints need the clients' pepper to name their records")
 		return false
 	}
 	return true

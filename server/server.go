@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -42,6 +43,7 @@ type Server struct {
 	// limiters is the paced-call limiter registry of /v1/limiters, nil
 	// without a pepper; limitsHash is the limits key's hash, if any.
 	limiters     *pace.Registry
+	policies     *httplimit.Policies // route quota policies of /v1/policies, nil without a pepper
 	limitsHash   [sha256.Size]byte
 	hasLimitsKey bool
 }
@@ -95,6 +97,7 @@ func (s *Server) routes() {
 	handle(http.MethodGet, wire.PathHealthz, s.handleHealthz)
 	handle(http.MethodGet, wire.PathReadyz, s.handleReadyz)
 	s.routeLimiters()
+	s.routePolicies()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if method, ok := allow[r.URL.Path]; ok {
 			if method == http.MethodGet {

@@ -27,6 +27,9 @@ const (
 	// configured (404), so a client tells it from a server without the
 	// limiters endpoints (404 not_found).
 	CodeNoSuchLimiter Code = "no_such_limiter"
+	// CodeNoSuchPolicy answers a request naming a route quota policy that
+	// is not stored (404), for the same reason.
+	CodeNoSuchPolicy Code = "no_such_policy"
 )
 
 // Status returns the HTTP status of c.
@@ -42,7 +45,7 @@ func (c Code) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case CodeLimited:
 		return http.StatusTooManyRequests
-	case CodeNotFound, CodeNoSuchLimiter:
+	case CodeNotFound, CodeNoSuchLimiter, CodeNoSuchPolicy:
 		return http.StatusNotFound
 	case CodeMethod:
 		return http.StatusMethodNotAllowed
@@ -99,4 +102,6 @@ var (
 
 	// ErrNoSuchLimiter matches a 404 no_such_limiter answer.
 	ErrNoSuchLimiter error = &Error{Problem{Code: CodeNoSuchLimiter}}
+	// ErrNoSuchPolicy matches a 404 no_such_policy answer.
+	ErrNoSuchPolicy error = &Error{Problem{Code: CodeNoSuchPolicy}}
 )

@@ -146,10 +146,11 @@ func (p progress) end() {
 	}
 }
 
-// connect returns a client of the server's limiters. A setting no flag or
+// connect returns a client of the server's limiters and one of its route
+// quota policies. A setting no flag or
 // variable gives is asked for on a terminal; without one the call fails at
 // once, naming every flag and variable that would have answered.
-func (o *limitsRemote) connect(con *console) (*client.Limiters, error) {
+func (o *limitsRemote) connect(con *console) (*client.Limiters, *client.Policies, error) {
 	url, key := o.URL, o.Key
 	if key == "" {
 		key = o.Token
@@ -165,35 +166,45 @@ func (o *limitsRemote) connect(con *console) (*client.Limiters, error) {
 		missing = append(missing, fmt.Sprintf("a key: pass --limits-key or set $%s (or --operator-token, $SLUICE_OPERATOR_TOKEN, or run beside the server's %s)", client.EnvLimitsKey, o.DataDir))
 	}
 	if len(missing) > 0 && !con.ask {
-		return nil, fmt.Errorf("standard input is not a terminal, so nothing can be asked; missing %s", strings.Join(missing, "; and "))
+		return nil, nil, fmt.Errorf("standard input is not a terminal, so nothing can be asked; missing %s", strings.Join(missing, "; and "))
 	}
 	var err error
 	if url == "" {
 		if url, err = con.question("Server URL", "http://127.0.0.1:7420"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if key == "" {
 		if key, err = con.secret("Limits key or operator token"); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	hc, err := o.httpClient()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The bearer key must not follow a redirect elsewhere.
 	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return client.NewLimiters(client.LimitersConfig{URL: url, Key: key, Timeout: o.Timeout, HTTPClient: hc})
+	cfg := client.LimitersConfig{URL: url, Key: key, Timeout: o.Timeout, HTTPClient: hc}
+	lc, err := client.NewLimiters(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	pc, err := client.NewPolicies(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lc, pc, nil
 }
 
 func newLimitsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
-		Short: "Keep the paced-call limiters of a server in a file under version control",
+		Short: "Keep the paced-call limiters and route policies of a server in a file under version control",
 		Long: `Keep the paced-call limiters of a server (package pace) in a limits file under
 version control: one entry per upstream limit, in YAML (.yaml, .yml) or JSON
-with comments (.json, .jsonc).
+with comments (.json, .jsonc). An optional "routes" section keeps the route
+quota policies of the HTTP stages (package httplimit) in the same file.
 
   sluice limits sample                 write a commented example file
   sluice limits apply                  configure the server from the file
@@ -202,7 +213,7 @@ with comments (.json, .jsonc).
 Changes take effect at once, with no restart: every process calling a limiter
 reads its configuration from the server's store. apply and stats need the
 server's URL (--url, $SLUICE_URL) and a key: the limits key (--limits-key,
-$SLUICE_LIMITS_KEY), which opens nothing but the limiters, or the operator
+$SLUICE_LIMITS_KEY), which opens nothing but the limiters and policies, or the operator
 token (--operator-token, $SLUICE_OPERATOR_TOKEN, or the data directory's
 operator-token file). On a terminal a missing one is asked for; otherwise the
 command fails at once, naming the flag and the variable that would have
@@ -257,7 +268,9 @@ file's complete configuration (the calls waiting on it are rejected with
 pace.ErrReconfigured and retry under the new limits), and an unchanged one
 is left alone, so applying the same file twice disturbs nothing. Limiters
 on the server that the file does not name are listed and kept: nothing is
-ever deleted.`,
+ever deleted. The route policies of a "routes" section are applied the same
+way, after the limiters; the stages enforce a change within their refresh
+interval.`,
 		Example: `  sluice limits apply --url https://sluice.internal:7420 -f limits/prod.yaml
   SLUICE_URL=… SLUICE_LIMITS_KEY=… sluice limits apply --dry-run`,
 		Args: cobra.NoArgs,
@@ -276,9 +289,10 @@ func newLimitsStatsCmd(o *limitsRemote) *cobra.Command {
 		Short: "Print every limiter's configuration and state; --save rewrites the file",
 		Long: `Read every limiter of the server back and print its limit, its calls
 remaining in the window, when the window empties, the upstream penalty in
-force, and the calls in flight and waiting.
+force, and the calls in flight and waiting; then every route quota policy.
 
-With --save the limits file is rewritten to describe the server's limiters.
+With --save the limits file is rewritten to describe the server's limiters
+and route policies.
 A file that already describes them is left byte for byte as it is, comments
 and all, so "apply" then "stats --save" changes nothing. Otherwise a YAML
 file is rewritten in sluice's canonical layout with its comments kept beside
@@ -298,13 +312,21 @@ func runLimitsApply(ctx context.Context, o *limitsRemote, con *console, dryRun b
 	if err != nil {
 		return fmt.Errorf("nothing was applied: %w", err)
 	}
-	lc, err := o.connect(con)
+	lc, pc, err := o.connect(con)
 	if err != nil {
 		return err
 	}
 	current, err := lc.List(ctx)
 	if err != nil {
 		return explain(err)
+	}
+	// The server's policies are read before anything is written, so that
+	// a server without them refuses the file before any change.
+	var policies []wire.Policy
+	if len(file.routes) > 0 {
+		if policies, err = pc.List(ctx); err != nil {
+			return fmt.Errorf("nothing was applied: reading the route policies: %w", explain(err))
+		}
 	}
 	onServer := make(limits, len(current))
 	for _, l := range current {
@@ -359,7 +381,79 @@ func runLimitsApply(ctx context.Context, o *limitsRemote, con *console, dryRun b
 	if len(extra) > 0 {
 		fmt.Fprintf(out, "on the server but not in the file, kept as they are: %s\n", strings.Join(extra, ", "))
 	}
+	if len(file.routes) > 0 {
+		return applyRoutes(ctx, pc, con, file.routes, policies, o.File, dryRun, out)
+	}
 	return nil
+}
+
+// applyRoutes sets the route quota policies of the file that are new or
+// differ from the server's, policies, and reports as runLimitsApply does.
+func applyRoutes(ctx context.Context, pc *client.Policies, con *console, file routes, policies []wire.Policy, path string, dryRun bool, out io.Writer) error {
+	onServer := make(routes, len(policies))
+	for _, p := range policies {
+		onServer[p.Name] = p.Config
+	}
+	type change struct{ name, what string }
+	var changes []change
+	for _, name := range file.names() {
+		want := file[name]
+		switch cur, ok := onServer[name]; {
+		case !ok:
+			changes = append(changes, change{name, "create"})
+		case cur != want:
+			changes = append(changes, change{name, "change " + diffPolicies(cur, want)})
+		}
+	}
+	verb := func(what string) string { return what }
+	if !dryRun {
+		bar := con.progress(len(changes), "setting route policies")
+		for i, c := range changes {
+			if _, err := pc.Set(ctx, c.name, file[c.name]); err != nil {
+				bar.end()
+				for _, done := range changes[:i] {
+					fmt.Fprintf(out, "%-8s route %s\n", pastTense(done.what), done.name)
+				}
+				return fmt.Errorf("route %q: %w (%d of %d route changes applied)", c.name, explain(err), i, len(changes))
+			}
+			bar.step()
+		}
+		bar.end()
+		verb = pastTense
+	}
+	for _, c := range changes {
+		fmt.Fprintf(out, "%-8s route %s\n", verb(c.what), c.name)
+	}
+	var extra []string
+	for name := range onServer {
+		if _, ok := file[name]; !ok {
+			extra = append(extra, name)
+		}
+	}
+	slices.Sort(extra)
+	done := "created or changed"
+	if dryRun {
+		done = "to create or change"
+	}
+	fmt.Fprintf(out, "%d route policy(ies) in %s: %d %s, %d unchanged\n", len(file), path, len(changes), done, len(file)-len(changes))
+	if len(extra) > 0 {
+		fmt.Fprintf(out, "route policies on the server but not in the file, kept as they are: %s\n", strings.Join(extra, ", "))
+	}
+	return nil
+}
+
+// diffPolicies names the fields that differ from a to b, with both values.
+func diffPolicies(a, b wire.PolicyConfig) string {
+	var d []string
+	add := func(field string, x, y any) {
+		if x != y {
+			d = append(d, fmt.Sprintf("%s %v→%v", field, x, y))
+		}
+	}
+	add("limit", a.Limit, b.Limit)
+	add("windowMs", a.WindowMs, b.WindowMs)
+	add("kind", a.Kind, b.Kind)
+	return "(" + strings.Join(d, ", ") + ")"
 }
 
 // pastTense turns a planned change ("create", "change …") into a done one.
@@ -407,7 +501,7 @@ func runLimitsStats(ctx context.Context, o *limitsRemote, con *console, save boo
 			return fmt.Errorf("not rewriting it: %w", err)
 		}
 	}
-	lc, err := o.connect(con)
+	lc, pc, err := o.connect(con)
 	if err != nil {
 		return err
 	}
@@ -433,21 +527,36 @@ func runLimitsStats(ctx context.Context, o *limitsRemote, con *console, save boo
 	}
 	bar.end()
 	printLimiterStats(out, statuses)
+	policies, err := pc.List(ctx)
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == wire.CodeNotFound && (old == nil || len(old.routes) == 0) {
+		// A server from before the policies endpoints: it has none, and
+		// the file names none to lose.
+		policies, err = nil, nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the route policies: %w", explain(err))
+	}
+	rts := make(routes, len(policies))
+	for _, p := range policies {
+		rts[p.Name] = p.Config
+	}
+	printPolicies(out, policies)
 	if !save {
 		return nil
 	}
-	b, err := renderLimits(format, old, state)
+	b, err := renderLimits(format, old, state, rts)
 	if err != nil {
 		return err
 	}
 	if old != nil && string(b) == string(old.raw) {
-		fmt.Fprintf(out, "%s already describes the server's %d limiter(s): left as it is\n", o.File, len(state))
+		fmt.Fprintf(out, "%s already describes the server's %d limiter(s) and %d route policy(ies): left as it is\n", o.File, len(state), len(rts))
 		return nil
 	}
 	if err := writeLimitsFile(o.File, b, true); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "wrote the server's %d limiter(s) to %s\n", len(state), o.File)
+	fmt.Fprintf(out, "wrote the server's %d limiter(s) and %d route policy(ies) to %s\n", len(state), len(rts), o.File)
 	return nil
 }
 
@@ -471,6 +580,20 @@ func printLimiterStats(out io.Writer, statuses []wire.LimiterStatus) {
 		}
 		fmt.Fprintf(tw, "%s\t%d per %s\t%s\t%d\t%s\t%s\t%d\t%d\n", st.Name, c.LimitPerWindow, msDuration(c.WindowMs),
 			conc, s.Remaining, msDuration(max(s.ResetAt-s.At, 0)), penalty, s.InFlight, s.Waiting)
+	}
+	tw.Flush()
+}
+
+// printPolicies prints one line per route quota policy, if there are any.
+func printPolicies(out io.Writer, policies []wire.Policy) {
+	if len(policies) == 0 {
+		return
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUTE POLICY\tLIMIT\tKIND")
+	for _, p := range policies {
+		fmt.Fprintf(tw, "%s\t%d per %s\t%s\n", p.Name, p.Config.Limit, msDuration(p.Config.WindowMs), p.Config.Kind)
 	}
 	tw.Flush()
 }

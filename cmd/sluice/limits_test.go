@@ -151,7 +151,7 @@ func TestSamplesAreCanonical(t *testing.T) {
 		}
 		var again []byte
 		if c.format == formatYAML {
-			again, err = render(c.format, p, p.limits) // not the shortcut for an unchanged file
+			again, err = render(c.format, p, p.limits, p.routes) // not the shortcut for an unchanged file
 		} else {
 			again, err = hujson.Format([]byte(c.sample))
 		}
@@ -186,7 +186,7 @@ func TestRenderKeepsComments(t *testing.T) {
 		b.Concurrency = 3
 		state["billing-api"] = b
 		state["aaa-new"] = wire.LimiterConfig{LimitPerWindow: 7, WindowMs: 1000, RefillFraction: 1}
-		out, err := renderLimits(c.format, old, state)
+		out, err := renderLimits(c.format, old, state, old.routes)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestRenderKeepsComments(t *testing.T) {
 			t.Errorf("the rewritten file reads as %+v, %v; want %+v", back.limits, err, state)
 		}
 		// An unchanged state leaves the file as it is, byte for byte.
-		if same, err := renderLimits(c.format, old, old.limits); err != nil || string(same) != c.file {
+		if same, err := renderLimits(c.format, old, old.limits, old.routes); err != nil || string(same) != c.file {
 			t.Errorf("an unchanged state rewrote the file: %v\n%s", err, same)
 		}
 	}

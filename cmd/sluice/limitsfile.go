@@ -26,7 +26,10 @@ import (
 // .jsonc), and decoded strictly: an unknown field, a duplicate name, a
 // fraction where a whole number belongs or a quoted number is an error.
 // limitPerWindow and windowMs are required; the other fields default as
-// pace.DefaultConfig does. See docs/operations.md.
+// pace.DefaultConfig does. An optional "routes" holds one entry per route
+// quota policy (package httplimit), by policy name: limit and windowMs
+// (whole seconds) are required, kind defaults to fixed. See
+// docs/operations.md.
 
 // defaultLimitsFile is the limits file the commands use without -f.
 const defaultLimitsFile = "sluice-limits.yaml"
@@ -65,6 +68,12 @@ func (l limits) names() []string {
 	slices.Sort(names)
 	return names
 }
+
+// routes are the route quota policies a limits file gives, by policy name.
+type routes map[string]wire.PolicyConfig
+
+// names returns the policy names, sorted.
+func (r routes) names() []string { return slices.Sorted(maps.Keys(r)) }
 
 // scalar is a value of a limits file as written: a whole number (int64), a
 // number with a fraction or an exponent (float64), or anything else (kept
@@ -141,9 +150,18 @@ type fileRetry struct {
 	Factor    *scalar `yaml:"factor" json:"factor"`
 }
 
+// fileRoute is one route quota policy of a limits file as written; nil
+// fields are absent.
+type fileRoute struct {
+	Limit    *scalar `yaml:"limit" json:"limit"`
+	WindowMs *scalar `yaml:"windowMs" json:"windowMs"`
+	Kind     *scalar `yaml:"kind" json:"kind"`
+}
+
 // fileDoc is a limits file as written.
 type fileDoc struct {
 	Limiters map[limiterName]fileEntry `yaml:"limiters" json:"limiters"`
+	Routes   map[limiterName]fileRoute `yaml:"routes" json:"routes"`
 }
 
 // parsedLimits is a limits file read and checked.
@@ -151,6 +169,7 @@ type parsedLimits struct {
 	format limitsFormat
 	raw    []byte
 	limits limits
+	routes routes
 	// comments are the YAML file's comments by path, carried over when
 	// the file is rewritten.
 	comments yaml.CommentMap
@@ -215,8 +234,8 @@ func parseLimits(format limitsFormat, raw []byte) (*parsedLimits, error) {
 			return nil, err
 		}
 	}
-	if doc.Limiters == nil {
-		return nil, errors.New(`no "limiters" (see "sluice limits sample")`)
+	if doc.Limiters == nil && doc.Routes == nil {
+		return nil, errors.New(`no "limiters" nor "routes" (see "sluice limits sample")`)
 	}
 	p.limits = make(limits, len(doc.Limiters))
 	var errs []error
@@ -230,6 +249,18 @@ func parseLimits(format limitsFormat, raw []byte) (*parsedLimits, error) {
 			continue
 		}
 		p.limits[string(name)] = cfg
+	}
+	p.routes = make(routes, len(doc.Routes))
+	for name, e := range doc.Routes {
+		cfg, err := e.resolve()
+		if err == nil {
+			err = wire.ValidatePolicyName(string(name))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route %q: %s", name, strings.ReplaceAll(err.Error(), "\n", "; ")))
+			continue
+		}
+		p.routes[string(name)] = cfg
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return p, errors.Join(errs...)
@@ -313,6 +344,35 @@ func (e fileEntry) resolve() (wire.LimiterConfig, error) {
 	return c, c.Validate()
 }
 
+// resolve returns the quota e gives, kind fixed when it names none, and
+// every problem of its fields.
+func (e fileRoute) resolve() (wire.PolicyConfig, error) {
+	var errs []error
+	whole := func(field string, s *scalar) int64 {
+		if s == nil {
+			errs = append(errs, fmt.Errorf("%s is required", field))
+			return 0
+		}
+		if n, ok := s.v.(int64); ok {
+			return n
+		}
+		errs = append(errs, fmt.Errorf("%s %s is not a whole number", field, describe(s.v)))
+		return 0
+	}
+	c := wire.PolicyConfig{Limit: whole("limit", e.Limit), WindowMs: whole("windowMs", e.WindowMs), Kind: "fixed"}
+	if e.Kind != nil {
+		k, ok := e.Kind.v.(string)
+		if !ok {
+			errs = append(errs, fmt.Errorf("kind %s is not fixed, sliding, log or gcra", describe(e.Kind.v)))
+		}
+		c.Kind = k
+	}
+	if len(errs) > 0 {
+		return c, errors.Join(errs...)
+	}
+	return c, c.Validate()
+}
+
 // describe renders a value of the wrong kind for an error.
 func describe(v any) string {
 	switch v := v.(type) {
@@ -365,14 +425,35 @@ func outOf(c wire.LimiterConfig) outEntry {
 	return e
 }
 
-type outDoc struct {
-	Limiters map[string]outEntry `yaml:"limiters" json:"limiters"`
+// outRoute is one route quota policy as sluice writes it: every field, in
+// this order.
+type outRoute struct {
+	Limit    int64  `yaml:"limit" json:"limit"`
+	WindowMs int64  `yaml:"windowMs" json:"windowMs"`
+	Kind     string `yaml:"kind" json:"kind"`
 }
 
-func outDocOf(state limits) outDoc {
+func outRouteOf(c wire.PolicyConfig) outRoute {
+	return outRoute{Limit: c.Limit, WindowMs: c.WindowMs, Kind: c.Kind}
+}
+
+// outDoc is a limits file as sluice writes it: "routes" only when there
+// are some.
+type outDoc struct {
+	Limiters map[string]outEntry `yaml:"limiters" json:"limiters"`
+	Routes   map[string]outRoute `yaml:"routes,omitempty" json:"routes,omitempty"`
+}
+
+func outDocOf(state limits, rts routes) outDoc {
 	doc := outDoc{Limiters: make(map[string]outEntry, len(state))}
 	for name, c := range state {
 		doc.Limiters[name] = outOf(c)
+	}
+	if len(rts) > 0 {
+		doc.Routes = make(map[string]outRoute, len(rts))
+		for name, c := range rts {
+			doc.Routes[name] = outRouteOf(c)
+		}
 	}
 	return doc
 }
@@ -390,11 +471,11 @@ var newFileHeader = []string{
 // package's output — with its comments kept at their paths, and a JSONC
 // file is edited in place, value by value, so its comments and layout
 // stay wherever nothing changed.
-func renderLimits(format limitsFormat, old *parsedLimits, state limits) ([]byte, error) {
-	if old != nil && maps.Equal(old.limits, state) {
+func renderLimits(format limitsFormat, old *parsedLimits, state limits, rts routes) ([]byte, error) {
+	if old != nil && maps.Equal(old.limits, state) && maps.Equal(old.routes, rts) {
 		return old.raw, nil
 	}
-	out, err := render(format, old, state)
+	out, err := render(format, old, state, rts)
 	if err != nil {
 		return nil, err
 	}
@@ -403,24 +484,24 @@ func renderLimits(format limitsFormat, old *parsedLimits, state limits) ([]byte,
 	if err != nil {
 		return nil, fmt.Errorf("the rewritten file does not read back: %w", err)
 	}
-	if !maps.Equal(back.limits, state) {
-		return nil, errors.New("the rewritten file does not read back as the server's limiters")
+	if !maps.Equal(back.limits, state) || !maps.Equal(back.routes, rts) {
+		return nil, errors.New("the rewritten file does not read back as the server's limiters and policies")
 	}
 	return out, nil
 }
 
-func render(format limitsFormat, old *parsedLimits, state limits) ([]byte, error) {
+func render(format limitsFormat, old *parsedLimits, state limits, rts routes) ([]byte, error) {
 	switch format {
 	case formatJSONC:
 		if old == nil {
-			b, err := json.Marshal(outDocOf(state))
+			b, err := json.Marshal(outDocOf(state, rts))
 			if err != nil {
 				return nil, err
 			}
 			header := "// " + strings.TrimSpace(newFileHeader[0]) + "\n// " + strings.TrimSpace(newFileHeader[1]) + "\n"
 			return hujson.Format(append([]byte(header), b...))
 		}
-		return patchJSONC(old, state)
+		return patchJSONC(old, state, rts)
 	default:
 		cm := yaml.CommentMap{}
 		if old != nil {
@@ -428,7 +509,7 @@ func render(format limitsFormat, old *parsedLimits, state limits) ([]byte, error
 		} else {
 			cm["$.limiters"] = []*yaml.Comment{yaml.HeadComment(newFileHeader...)}
 		}
-		return yaml.MarshalWithOptions(outDocOf(state), yaml.WithComment(cm))
+		return yaml.MarshalWithOptions(outDocOf(state, rts), yaml.WithComment(cm))
 	}
 }
 
@@ -436,7 +517,7 @@ func render(format limitsFormat, old *parsedLimits, state limits) ([]byte, error
 // value (a JSON Patch applied to its syntax tree), so the comments and
 // layout of what did not change stay as they were. A file that gained
 // members is formatted, to lay them out.
-func patchJSONC(old *parsedLimits, state limits) ([]byte, error) {
+func patchJSONC(old *parsedLimits, state limits, rts routes) ([]byte, error) {
 	v := old.jsonc.Clone()
 	type op struct {
 		Op    string `json:"op"`
@@ -445,6 +526,9 @@ func patchJSONC(old *parsedLimits, state limits) ([]byte, error) {
 	}
 	var ops []op
 	added := false
+	if v.Find("/limiters") == nil && len(state) > 0 {
+		ops = append(ops, op{Op: "add", Path: "/limiters", Value: map[string]any{}})
+	}
 	for _, name := range old.limits.names() {
 		if _, ok := state[name]; !ok {
 			ops = append(ops, op{Op: "remove", Path: "/limiters/" + name})
@@ -490,6 +574,55 @@ func patchJSONC(old *parsedLimits, state limits) ([]byte, error) {
 			default:
 				ops = append(ops, op{Op: "add", Path: path, Value: f.value})
 				added = true
+			}
+		}
+	}
+	// The routes: the whole section when the file has none, else entry by
+	// entry and field by field as for the limiters.
+	switch {
+	case v.Find("/routes") == nil && len(rts) > 0:
+		section := make(map[string]outRoute, len(rts))
+		for name, c := range rts {
+			section[name] = outRouteOf(c)
+		}
+		ops = append(ops, op{Op: "add", Path: "/routes", Value: section})
+		added = true
+	case v.Find("/routes") != nil:
+		for _, name := range old.routes.names() {
+			if _, ok := rts[name]; !ok {
+				ops = append(ops, op{Op: "remove", Path: "/routes/" + name})
+			}
+		}
+		for _, name := range rts.names() {
+			c, entry := rts[name], "/routes/"+name
+			cur, ok := old.routes[name]
+			switch {
+			case !ok:
+				ops = append(ops, op{Op: "add", Path: entry, Value: outRouteOf(c)})
+				added = true
+				continue
+			case cur == c:
+				continue
+			}
+			for _, f := range []struct {
+				key     string
+				differs bool
+				value   any
+			}{
+				{"limit", cur.Limit != c.Limit, c.Limit},
+				{"windowMs", cur.WindowMs != c.WindowMs, c.WindowMs},
+				{"kind", cur.Kind != c.Kind, c.Kind},
+			} {
+				if !f.differs {
+					continue
+				}
+				path := entry + "/" + f.key
+				if v.Find(path) != nil {
+					ops = append(ops, op{Op: "replace", Path: path, Value: f.value})
+				} else {
+					ops = append(ops, op{Op: "add", Path: path, Value: f.value})
+					added = true
+				}
 			}
 		}
 	}
@@ -543,6 +676,16 @@ limiters:
     leaseTtlMs: 30000
     refillFraction: 0.25
     maxWaitMs: 2000
+# Route quotas of the HTTP stages: one entry per policy, named as the code
+# names it (httplimit.Policies.Policy). A client may make limit requests per
+# windowMs, in whole seconds; kind is fixed, sliding, log or gcra (default
+# fixed). The stages enforce a change within their refresh interval.
+routes:
+  # Sign-in: 10 attempts a minute per client.
+  login:
+    limit: 10
+    windowMs: 60000
+    kind: sliding
 `
 
 // sampleJSONC is what "sluice limits sample" writes to a JSON file. It is
@@ -582,6 +725,14 @@ const sampleJSONC = `// Paced-call limits of this fleet: one entry per upstream 
 			"refillFraction": 0.25,
 			"maxWaitMs":      2000,
 		},
+	},
+	// Route quotas of the HTTP stages: one entry per policy, named as the code
+	// names it (httplimit.Policies.Policy). A client may make limit requests per
+	// windowMs, in whole seconds; kind is fixed, sliding, log or gcra (default
+	// fixed). The stages enforce a change within their refresh interval.
+	"routes": {
+		// Sign-in: 10 attempts a minute per client.
+		"login": {"limit": 10, "windowMs": 60000, "kind": "sliding"},
 	},
 }
 `
