@@ -82,10 +82,10 @@ func TestParseLimits(t *testing.T) {
 	}{
 		{
 			name: "defaults", file: entry("    limitPerWindow: 100\n    windowMs: 60000\n"),
-			want: wire.LimiterConfig{LimitPerWindow: 100, WindowMs: 60000, LeaseTTLMs: 30000, RefillFraction: 0.5, MaxWaitMs: 300000},
+			want: wire.LimiterConfig{LimitPerWindow: 100, WindowMs: 60000, LeaseTTLMs: 30000, RefillFraction: 0.5, MaxWaitMs: 300000, StartToleranceMs: 100},
 		},
 		{
-			name: "every field", file: entry("    limitPerWindow: 1\n    windowMs: 2\n    concurrency: 3\n    leaseTtlMs: 1000\n    refillFraction: 1\n    maxWaitMs: 0\n    retry: {attempts: 2, floorMs: 10, ceilingMs: 20, factor: 1.5}\n"),
+			name: "every field", file: entry("    limitPerWindow: 1\n    windowMs: 2\n    concurrency: 3\n    leaseTtlMs: 1000\n    refillFraction: 1\n    maxWaitMs: 0\n    startToleranceMs: 0\n    retry: {attempts: 2, floorMs: 10, ceilingMs: 20, factor: 1.5}\n"),
 			want: wire.LimiterConfig{LimitPerWindow: 1, WindowMs: 2, Concurrency: 3, LeaseTTLMs: 1000, RefillFraction: 1, Retry: wire.LimiterRetry{Attempts: 2, FloorMs: 10, CeilingMs: 20, Factor: 1.5}},
 		},
 		{name: "required", file: entry("    concurrency: 1\n"), err: []string{`limiter "api"`, "limitPerWindow is required", "windowMs is required"}},
@@ -105,7 +105,7 @@ func TestParseLimits(t *testing.T) {
 		},
 		{
 			name: "jsonc", format: formatJSONC, file: "{\n  // comment\n  \"limiters\": {\"api\": {\"limitPerWindow\": 100, \"windowMs\": 60000, /* c */ \"maxWaitMs\": 0,},},\n}\n",
-			want: wire.LimiterConfig{LimitPerWindow: 100, WindowMs: 60000, LeaseTTLMs: 30000, RefillFraction: 0.5},
+			want: wire.LimiterConfig{LimitPerWindow: 100, WindowMs: 60000, LeaseTTLMs: 30000, RefillFraction: 0.5, StartToleranceMs: 100},
 		},
 		{name: "jsonc fraction", format: formatJSONC, file: `{"limiters": {"api": {"limitPerWindow": 1e2, "windowMs": 1}}}`, err: []string{"limitPerWindow 100 is not a whole number"}},
 		{name: "jsonc unknown field", format: formatJSONC, file: `{"limiters": {"api": {"limitPerWindow": 1, "windowMs": 1, "burst": 1}}}`, err: []string{`unknown field "burst"`}},

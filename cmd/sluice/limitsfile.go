@@ -140,6 +140,7 @@ type fileEntry struct {
 	LeaseTTLMs     *scalar    `yaml:"leaseTtlMs" json:"leaseTtlMs"`
 	RefillFraction *scalar    `yaml:"refillFraction" json:"refillFraction"`
 	MaxWaitMs      *scalar    `yaml:"maxWaitMs" json:"maxWaitMs"`
+	StartTolerance *scalar    `yaml:"startToleranceMs" json:"startToleranceMs"`
 	Retry          *fileRetry `yaml:"retry" json:"retry"`
 }
 
@@ -329,6 +330,8 @@ func (e fileEntry) resolve() (wire.LimiterConfig, error) {
 		LeaseTTLMs:     whole("leaseTtlMs", e.LeaseTTLMs, def.LeaseTTL.Milliseconds(), false),
 		RefillFraction: fraction("refillFraction", e.RefillFraction, def.RefillFraction),
 		MaxWaitMs:      whole("maxWaitMs", e.MaxWaitMs, def.MaxWait.Milliseconds(), false),
+		StartToleranceMs: whole("startToleranceMs", e.StartTolerance,
+			def.StartTolerance.Milliseconds(), false),
 	}
 	if r := e.Retry; r != nil {
 		c.Retry = wire.LimiterRetry{
@@ -404,6 +407,7 @@ type outEntry struct {
 	LeaseTTLMs     int64     `yaml:"leaseTtlMs" json:"leaseTtlMs"`
 	RefillFraction decimal   `yaml:"refillFraction" json:"refillFraction"`
 	MaxWaitMs      int64     `yaml:"maxWaitMs" json:"maxWaitMs"`
+	StartTolerance int64     `yaml:"startToleranceMs" json:"startToleranceMs"`
 	Retry          *outRetry `yaml:"retry,omitempty" json:"retry,omitempty"`
 }
 
@@ -418,6 +422,7 @@ func outOf(c wire.LimiterConfig) outEntry {
 	e := outEntry{
 		LimitPerWindow: c.LimitPerWindow, WindowMs: c.WindowMs, Concurrency: c.Concurrency,
 		LeaseTTLMs: c.LeaseTTLMs, RefillFraction: decimal(c.RefillFraction), MaxWaitMs: c.MaxWaitMs,
+		StartTolerance: c.StartToleranceMs,
 	}
 	if c.Retry != (wire.LimiterRetry{}) {
 		e.Retry = &outRetry{Attempts: c.Retry.Attempts, FloorMs: c.Retry.FloorMs, CeilingMs: c.Retry.CeilingMs, Factor: decimal(c.Retry.Factor)}
@@ -557,6 +562,7 @@ func patchJSONC(old *parsedLimits, state limits, rts routes) ([]byte, error) {
 			{"leaseTtlMs", cur.LeaseTTLMs != c.LeaseTTLMs, want.LeaseTTLMs},
 			{"refillFraction", cur.RefillFraction != c.RefillFraction, want.RefillFraction},
 			{"maxWaitMs", cur.MaxWaitMs != c.MaxWaitMs, want.MaxWaitMs},
+			{"startToleranceMs", cur.StartToleranceMs != c.StartToleranceMs, want.StartTolerance},
 			{"retry", cur.Retry != c.Retry, want.Retry},
 		} {
 			if !f.differs {
@@ -652,6 +658,10 @@ const sampleYAML = `# Paced-call limits of this fleet: one entry per upstream li
 #   refillFraction  the share of the limit a window reopens with after an
 #                   upstream 429, 0 to 1 in thousandths (default 0.5)
 #   maxWaitMs       the longest a call waits for its slot (default 300000)
+#   startToleranceMs  how late after its slot a call may still start; windows
+#                   of starts then hold the limit exactly, at the cost of
+#                   windowMs/(windowMs+startToleranceMs) of it (default 100;
+#                   0: windows of granted slots only)
 #   retry           attempts, floorMs, ceilingMs and factor of the backoff of
 #                   failed calls (defaults 4, 500, 30000 and 2)
 limiters:
@@ -663,6 +673,7 @@ limiters:
     leaseTtlMs: 30000
     refillFraction: 0.5
     maxWaitMs: 300000
+    startToleranceMs: 100
     retry:
       attempts: 4
       floorMs: 500
@@ -676,6 +687,7 @@ limiters:
     leaseTtlMs: 30000
     refillFraction: 0.25
     maxWaitMs: 2000
+    startToleranceMs: 100
 # Route quotas of the HTTP stages: one entry per policy, named as the code
 # names it (httplimit.Policies.Policy). A client may make limit requests per
 # windowMs, in whole seconds; kind is fixed, sliding, log or gcra (default
@@ -702,28 +714,34 @@ const sampleJSONC = `// Paced-call limits of this fleet: one entry per upstream 
 //   refillFraction  the share of the limit a window reopens with after an
 //                   upstream 429, 0 to 1 in thousandths (default 0.5)
 //   maxWaitMs       the longest a call waits for its slot (default 300000)
+//   startToleranceMs  how late after its slot a call may still start; windows
+//                   of starts then hold the limit exactly, at the cost of
+//                   windowMs/(windowMs+startToleranceMs) of it (default 100;
+//                   0: windows of granted slots only)
 //   retry           attempts, floorMs, ceilingMs and factor of the backoff of
 //                   failed calls (defaults 4, 500, 30000 and 2)
 {
 	"limiters": {
 		// The billing API allows 100 calls a minute, 10 at a time.
 		"billing-api": {
-			"limitPerWindow": 100,
-			"windowMs":       60000,
-			"concurrency":    10,
-			"leaseTtlMs":     30000,
-			"refillFraction": 0.5,
-			"maxWaitMs":      300000,
-			"retry":          {"attempts": 4, "floorMs": 500, "ceilingMs": 30000, "factor": 2},
+			"limitPerWindow":   100,
+			"windowMs":         60000,
+			"concurrency":      10,
+			"leaseTtlMs":       30000,
+			"refillFraction":   0.5,
+			"maxWaitMs":        300000,
+			"startToleranceMs": 100,
+			"retry":            {"attempts": 4, "floorMs": 500, "ceilingMs": 30000, "factor": 2},
 		},
 		// The geocoder allows 5 calls a second; a caller waits at most 2 s.
 		"geocoder": {
-			"limitPerWindow": 5,
-			"windowMs":       1000,
-			"concurrency":    0,
-			"leaseTtlMs":     30000,
-			"refillFraction": 0.25,
-			"maxWaitMs":      2000,
+			"limitPerWindow":   5,
+			"windowMs":         1000,
+			"concurrency":      0,
+			"leaseTtlMs":       30000,
+			"refillFraction":   0.25,
+			"maxWaitMs":        2000,
+			"startToleranceMs": 100,
 		},
 	},
 	// Route quotas of the HTTP stages: one entry per policy, named as the code
