@@ -101,20 +101,25 @@ end
 -- Results and arguments.
 
 local function newResult()
-	return {allowed = false, found = false, remaining = 0, resetAt = 0, retry = 0, at = 0, ttl = 0, int = '0', value = '', windows = {}}
+	return {false, false, 0, 0, 0, 0, 0, '0', '', {}}
 end
 
 local function addWindow(r, d)
-	r.windows[#r.windows + 1] = d
+	local w = r[WINDOWS]
+	w[#w + 1] = d
 end
 
+-- encodeResult turns r into its reply form in place, the window tables
+-- into flat quadruples (from the last, so that none is overwritten before
+-- it is read).
 local function encodeResult(r)
-	local w = {}
-	for i, d in ipairs(r.windows) do
-		local j = 4 * (i - 1)
+	local w = r[WINDOWS]
+	for i = #w, 1, -1 do
+		local d, j = w[i], 4 * (i - 1)
 		w[j + 1], w[j + 2], w[j + 3], w[j + 4] = d.allowed and 1 or 0, d.remaining, d.resetAt, d.retry
 	end
-	return {r.allowed and 1 or 0, r.found and 1 or 0, r.remaining, r.resetAt, r.retry, r.at, r.ttl, r.int, r.value, w}
+	r[ALLOWED], r[FOUND] = r[ALLOWED] and 1 or 0, r[FOUND] and 1 or 0
+	return r
 end
 
 -- Commands read their fields from ARGV in order. Lua 5.1, which Redis
@@ -190,23 +195,24 @@ local function evaluate()
 		end
 	end
 	local n = tonumber(ARGV_[7])
-	local body = {0}
+	local reply = {0, 0, 0}
 	for i = 1, n do
 		current = i
 		local r = newResult()
 		run(arg(), r)
-		if not r.allowed then
-			body[1] = 1
+		if not r[ALLOWED] then
+			reply[3] = 1
 		end
-		body[i + 1] = encodeResult(r)
+		reply[3 + i] = encodeResult(r)
 	end
 	current = 0
 	if hash ~= '' and mutated then
+		-- The record keeps the reply after its first two elements.
+		local body = {}
+		for i = 3, n + 3 do
+			body[i - 2] = reply[i]
+		end
 		put(KEYS_[1], {REPLAY, now + replayTTL, hash, body})
-	end
-	local reply = {0, 0}
-	for _, v in ipairs(body) do
-		reply[#reply + 1] = v
 	end
 	return reply
 end
@@ -237,20 +243,21 @@ local function batch(keys, argv)
 
 	-- Encode every write before issuing the first, so that nothing can fail
 	-- half way through.
-	local writes = {}
-	for i, k in ipairs(order) do
-		local rec = cache[k]
+	local n = #order
+	local packed, ttls = {}, {}
+	for i = 1, n do
+		local rec = cache[order[i]]
 		if rec then
-			writes[i] = {k, cmsgpack.pack(rec), string.format('%d', max(1, rec[2] - now) + grace)}
+			packed[i], ttls[i] = cmsgpack.pack(rec), string.format('%d', max(1, rec[2] - now) + grace)
 		else
-			writes[i] = {k}
+			packed[i] = false
 		end
 	end
-	for _, w in ipairs(writes) do
-		if w[2] then
-			redis.call('SET', w[1], w[2], 'PX', w[3])
+	for i = 1, n do
+		if packed[i] then
+			redis.call('SET', order[i], packed[i], 'PX', ttls[i])
 		else
-			redis.call('DEL', w[1])
+			redis.call('DEL', order[i])
 		end
 	end
 	return reply

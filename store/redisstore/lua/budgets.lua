@@ -18,7 +18,7 @@ local function buildBudgets(S, counters)
 		end
 		local budgets, nxt = {}, {}
 		local receiptExpiry = 0
-		r.allowed, r.remaining = true, MAX_LIMIT
+		r[ALLOWED], r[REMAINING] = true, MAX_LIMIT
 		for i = 1, n do
 			local b = {key = key(), limit = num(), window = num(), refundable = arg() == '1'}
 			budgets[i] = b
@@ -40,20 +40,20 @@ local function buildBudgets(S, counters)
 			end
 			nxt[i] = {count = count, expireAt = expireAt}
 			addWindow(r, d)
-			r.allowed = r.allowed and d.allowed
-			r.retry = max(r.retry, d.retry)
+			r[ALLOWED] = r[ALLOWED] and d.allowed
+			r[RETRY] = max(r[RETRY], d.retry)
 			if b.refundable and (receiptExpiry == 0 or expireAt < receiptExpiry) then
 				receiptExpiry = expireAt
 			end
 		end
-		for _, d in ipairs(r.windows) do
-			if not r.allowed and d.allowed then
+		for _, d in ipairs(r[WINDOWS]) do
+			if not r[ALLOWED] and d.allowed then
 				d.remaining = d.remaining + cost
 			end
-			r.remaining = min(r.remaining, d.remaining)
-			r.resetAt = max(r.resetAt, d.resetAt)
+			r[REMAINING] = min(r[REMAINING], d.remaining)
+			r[RESET_AT] = max(r[RESET_AT], d.resetAt)
 		end
-		if not r.allowed then
+		if not r[ALLOWED] then
 			return
 		end
 		local names = {}
@@ -70,7 +70,7 @@ local function buildBudgets(S, counters)
 
 	local function cmdRefund(r)
 		local k = key()
-		r.allowed = true
+		r[ALLOWED] = true
 		local rec = get(k)
 		if not rec then
 			return
@@ -98,7 +98,7 @@ local function buildBudgets(S, counters)
 				put(bk, {VALUE, brec[2], left})
 			end
 		end
-		r.found = true
+		r[FOUND] = true
 		del(k)
 	end
 

@@ -127,7 +127,7 @@ local function buildCounters(S)
 		if rec then
 			expireAt = rec[2]
 		end
-		r.allowed, r.found, r.int = true, rec ~= nil, n
+		r[ALLOWED], r[FOUND], r[INT] = true, rec ~= nil, n
 		put(k, {VALUE, expireAt, n})
 	end
 

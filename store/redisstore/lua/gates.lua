@@ -48,7 +48,7 @@ local function buildGates(S)
 		if op == 'acquire' then
 			local limit, ttl = num(), num()
 			nx = liveLeases(leases, now)
-			r.remaining = 0
+			r[REMAINING] = 0
 			local held = false
 			for _, l in ipairs(nx) do
 				if l.id == lease then
@@ -57,41 +57,41 @@ local function buildGates(S)
 				end
 			end
 			if held then
-				r.allowed, r.remaining, r.resetAt = true, max(0, limit - #nx), latest(nx)
+				r[ALLOWED], r[REMAINING], r[RESET_AT] = true, max(0, limit - #nx), latest(nx)
 			elseif #nx >= limit then
 				local earliest = nx[1].exp
 				for _, l in ipairs(nx) do
 					earliest = min(earliest, l.exp)
 				end
-				r.resetAt, r.retry = latest(nx), earliest - now
+				r[RESET_AT], r[RETRY] = latest(nx), earliest - now
 			else
 				nx[#nx + 1] = {id = lease, exp = now + ttl}
-				r.allowed, r.remaining, r.resetAt = true, limit - #nx, latest(nx)
+				r[ALLOWED], r[REMAINING], r[RESET_AT] = true, limit - #nx, latest(nx)
 			end
-			changed = r.allowed
+			changed = r[ALLOWED]
 		elseif op == 'renew' then
 			local ttl = num()
 			nx = liveLeases(leases, now)
 			for _, l in ipairs(nx) do
 				if l.id == lease then
 					l.exp = max(l.exp, now + ttl)
-					r.found = true
+					r[FOUND] = true
 				end
 			end
-			if not r.found then
+			if not r[FOUND] then
 				nx = leases
 			end
-			r.allowed, changed, r.resetAt = true, r.found, latest(nx)
+			r[ALLOWED], changed, r[RESET_AT] = true, r[FOUND], latest(nx)
 		else
 			nx = liveLeases(leases, now)
 			for i, l in ipairs(nx) do
 				if l.id == lease then
 					table.remove(nx, i)
-					r.found = true
+					r[FOUND] = true
 					break
 				end
 			end
-			r.allowed, changed = true, r.found
+			r[ALLOWED], changed = true, r[FOUND]
 		end
 		if not changed then
 			return

@@ -177,12 +177,12 @@ local function buildPace(S)
 				-- A claim changes the log only when a penalty moved its slot.
 				changed = now >= at and at < st.forced
 			end
-			r.allowed, r.at, r.remaining, r.resetAt, r.retry = d.allowed, d.at, d.remaining, d.resetAt, d.retry
+			r[ALLOWED], r[AT], r[REMAINING], r[RESET_AT], r[RETRY] = d.allowed, d.at, d.remaining, d.resetAt, d.retry
 		else
 			local delay = num()
 			nx = pacePenalize(l, st, now, now + delay)
-			r.allowed, r.at = true, nx.forced
-			r.remaining = max(0, l.limit - paceUsed(l, nx.log, now))
+			r[ALLOWED], r[AT] = true, nx.forced
+			r[REMAINING] = max(0, l.limit - paceUsed(l, nx.log, now))
 			changed = nx.forced ~= st.forced
 		end
 		if changed then

@@ -81,6 +81,11 @@ local VALUE, FIXED, SLIDING, LOG, GCRA, RECEIPT, GATE, PACE, REPLAY = 1, 2, 3, 4
 
 local MAX_LIMIT = 1099511627776 -- algo.MaxLimit, 2^40
 
+-- A command's result is an array, in the order of the reply (see above),
+-- so that it is sent as built: allowed and found are booleans until then,
+-- and windows holds {allowed, remaining, resetAt, retry} tables.
+local ALLOWED, FOUND, REMAINING, RESET_AT, RETRY, AT, TTL, INT, VAL, WINDOWS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+
 local max, min, floor, ceil = math.max, math.min, math.floor, math.ceil
 
 -- The call's clock (Unix ms, by the store's clock) and the partition's

@@ -7,9 +7,9 @@ local function buildValues(S)
 
 	local function cmdGet(r)
 		local rec = value(key())
-		r.allowed = true
+		r[ALLOWED] = true
 		if rec then
-			r.found, r.value = true, rec[3]
+			r[FOUND], r[VAL] = true, rec[3]
 		end
 	end
 
@@ -17,14 +17,14 @@ local function buildValues(S)
 		local k, v, mode, keep, ttl = key(), arg(), arg(), arg() == '1', num()
 		local rec = value(k)
 		if mode == 'nx' then
-			r.allowed = rec == nil
+			r[ALLOWED] = rec == nil
 		elseif mode == 'xx' then
-			r.allowed = rec ~= nil
+			r[ALLOWED] = rec ~= nil
 		else
-			r.allowed = true
+			r[ALLOWED] = true
 		end
-		r.found = rec ~= nil
-		if not r.allowed then
+		r[FOUND] = rec ~= nil
+		if not r[ALLOWED] then
 			return
 		end
 		local expireAt = now + ttl
@@ -36,27 +36,27 @@ local function buildValues(S)
 
 	local function cmdDel(r)
 		local k = key()
-		r.allowed = true
+		r[ALLOWED] = true
 		if get(k) then
-			r.found = true
+			r[FOUND] = true
 			del(k)
 		end
 	end
 
 	local function cmdTTL(r)
 		local rec = get(key())
-		r.allowed = true
+		r[ALLOWED] = true
 		if rec then
-			r.found, r.ttl = true, rec[2] - now
+			r[FOUND], r[TTL] = true, rec[2] - now
 		end
 	end
 
 	local function cmdExpire(r)
 		local k, ttl = key(), num()
 		local rec = value(k)
-		r.allowed = true
+		r[ALLOWED] = true
 		if rec then
-			r.found = true
+			r[FOUND] = true
 			put(k, {VALUE, now + ttl, rec[3]})
 		end
 	end

@@ -1,8 +1,11 @@
 -- Part of the batch script (see prelude.lua): win.hit over the four window kinds.
 
--- Windows (algo/window.go, algo/peek.go). A state holds its kind's fields:
--- {start, count} (fixed), {start, count, prev} (sliding), {log} (log, a flat
--- array {at1, n1, at2, n2, ...}), {tat, frac} (gcra).
+-- Windows (algo/window.go, algo/peek.go). A state is the window's record,
+-- {kind, expireAt, fields...}, read as it is stored and stored as the hit
+-- returns it, so that a hit builds no table to decode or encode it. Its
+-- fields are s[3], s[4], ...: start, count (fixed); start, count, prev
+-- (sliding); log, a flat array {at1, n1, at2, n2, ...} (log); tat, frac
+-- (gcra). A hit returns a new record, whose expiry cmdHit sets.
 
 local function buildWindows(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
@@ -50,34 +53,25 @@ local function buildWindows(S)
 		return q, r
 	end
 
-	-- The empty window of each kind; states are never changed in place.
-	local EMPTY = {{start = 0, count = 0}, {start = 0, count = 0, prev = 0}, {log = EMPTY_LOG}, {tat = 0, frac = 0}}
+	-- The empty window of each kind; states are never changed in place
+	-- once stored.
+	local EMPTY = {{FIXED, 0, 0, 0}, {SLIDING, 0, 0, 0, 0}, {LOG, 0, EMPTY_LOG}, {GCRA, 0, 0, 0}}
 
-	local function decodeWindow(key, kind, rec)
+	-- checkWindow checks that rec, a record of kind's window record kind,
+	-- holds that kind's state, and returns it: a stored record is its own
+	-- state.
+	local function checkWindow(key, kind, rec)
 		local a, b, c = rec[3], rec[4], rec[5]
 		if kind == K_FIXED then
 			need(isNumber(a) and isNumber(b), key)
-			return {start = a, count = b}
 		elseif kind == K_SLIDING then
 			need(isNumber(a) and isNumber(b) and isNumber(c), key)
-			return {start = a, count = b, prev = c}
 		elseif kind == K_LOG then
 			need(type(a) == 'table' and #a % 2 == 0, key)
-			return {log = a}
+		else
+			need(isNumber(a) and isNumber(b) and b >= 0 and b < MAX_LIMIT, key)
 		end
-		need(isNumber(a) and isNumber(b) and b >= 0 and b < MAX_LIMIT, key)
-		return {tat = a, frac = b}
-	end
-
-	local function encodeWindow(kind, expireAt, s)
-		if kind == K_FIXED then
-			return {FIXED, expireAt, s.start, s.count}
-		elseif kind == K_SLIDING then
-			return {SLIDING, expireAt, s.start, s.count, s.prev}
-		elseif kind == K_LOG then
-			return {LOG, expireAt, s.log}
-		end
-		return {GCRA, expireAt, s.tat, s.frac}
+		return rec
 	end
 
 	local function bucketStart(t, w)
@@ -89,10 +83,10 @@ local function buildWindows(S)
 	end
 
 	local function hitFixed(l, s, t, cost)
-		t = max(t, s.start)
+		t = max(t, s[3])
 		local start = bucketStart(t, l.window)
-		local count = s.count
-		if start ~= s.start then
+		local count = s[4]
+		if start ~= s[3] then
 			count = 0
 		end
 		local e = start + l.window
@@ -100,7 +94,7 @@ local function buildWindows(S)
 			return s, {allowed = false, remaining = max(0, l.limit - count), resetAt = e, retry = e - t}
 		end
 		count = count + cost
-		return {start = start, count = count}, {allowed = true, remaining = l.limit - count, resetAt = e, retry = 0}
+		return {FIXED, 0, start, count}, {allowed = true, remaining = l.limit - count, resetAt = e, retry = 0}
 	end
 
 	-- slidingEstimate is prev·(W−elapsed)/W + cur, rounded as in Go.
@@ -111,10 +105,10 @@ local function buildWindows(S)
 
 	local function slidingRoll(l, s, t)
 		local start = bucketStart(t, l.window)
-		if start == s.start then
-			return start, s.count, s.prev
-		elseif start == s.start + l.window then
-			return start, 0, s.count
+		if start == s[3] then
+			return start, s[4], s[5]
+		elseif start == s[3] + l.window then
+			return start, 0, s[4]
 		end
 		return start, 0, 0
 	end
@@ -172,7 +166,7 @@ local function buildWindows(S)
 	end
 
 	local function hitSliding(l, s, t, cost)
-		t = max(t, s.start)
+		t = max(t, s[3])
 		local start, cur, prev = slidingRoll(l, s, t)
 		local est = slidingEstimate(prev, cur, l.window, t - start)
 		if est + cost > l.limit then
@@ -185,11 +179,11 @@ local function buildWindows(S)
 		end
 		cur = cur + cost
 		est = est + cost
-		return {start = start, count = cur, prev = prev}, {allowed = true, remaining = remainingFloat(l.limit, est), resetAt = start + 2 * l.window, retry = 0}
+		return {SLIDING, 0, start, cur, prev}, {allowed = true, remaining = remainingFloat(l.limit, est), resetAt = start + 2 * l.window, retry = 0}
 	end
 
 	local function hitLog(l, s, t, cost)
-		local e = s.log
+		local e = s[3]
 		local n = #e / 2
 		if n > 0 then
 			t = max(t, e[2 * n - 1])
@@ -226,7 +220,7 @@ local function buildWindows(S)
 		else
 			nx[m + 1], nx[m + 2] = t, cost
 		end
-		return {log = nx}, {allowed = true, remaining = l.limit - used - cost, resetAt = t + l.window, retry = 0}
+		return {LOG, 0, nx}, {allowed = true, remaining = l.limit - used - cost, resetAt = t + l.window, retry = 0}
 	end
 
 	-- GCRA keeps TAT as whole ms plus frac/limit ms (see algo/window.go).
@@ -259,7 +253,7 @@ local function buildWindows(S)
 	end
 
 	local function hitGCRA(l, s, t, cost)
-		local tat, frac = s.tat, max(s.frac, 0)
+		local tat, frac = s[3], max(s[4], 0)
 		if frac >= l.limit then
 			tat, frac = tat + 1, 0
 		end
@@ -277,7 +271,7 @@ local function buildWindows(S)
 			return s, {allowed = false, remaining = gcraRemaining(l, tat, frac, t), resetAt = gcraCeil(tat, frac),
 				retry = gcraCeil(over, nxFrac)}
 		end
-		return {tat = nx, frac = nxFrac}, {allowed = true, remaining = gcraRemaining(l, nx, nxFrac, t), resetAt = gcraCeil(nx, nxFrac), retry = 0}
+		return {GCRA, 0, nx, nxFrac}, {allowed = true, remaining = gcraRemaining(l, nx, nxFrac, t), resetAt = gcraCeil(nx, nxFrac), retry = 0}
 	end
 
 	local HIT = {hitFixed, hitSliding, hitLog, hitGCRA}
@@ -285,15 +279,15 @@ local function buildWindows(S)
 	-- windowTTL is algo.Limit.TTL.
 	local function windowTTL(l, s, t)
 		if l.kind == K_FIXED then
-			return s.start + l.window - t
+			return s[3] + l.window - t
 		elseif l.kind == K_SLIDING then
-			return s.start + 2 * l.window - t
+			return s[3] + 2 * l.window - t
 		elseif l.kind == K_GCRA then
-			return gcraCeil(s.tat, s.frac) - t
+			return gcraCeil(s[3], s[4]) - t
 		end
-		local n = #s.log
+		local n = #s[3]
 		if n > 0 then
-			return s.log[n - 1] + l.window - t
+			return s[3][n - 1] + l.window - t
 		end
 		return 0
 	end
@@ -301,14 +295,14 @@ local function buildWindows(S)
 	-- peek is algo.Peek: the window at t, uncharged.
 	local function peek(l, s, t)
 		if l.kind == K_FIXED then
-			t = max(t, s.start)
+			t = max(t, s[3])
 			local start = bucketStart(t, l.window)
-			if start ~= s.start or s.count == 0 then
+			if start ~= s[3] or s[4] == 0 then
 				return l.limit, t
 			end
-			return max(0, l.limit - s.count), start + l.window
+			return max(0, l.limit - s[4]), start + l.window
 		elseif l.kind == K_SLIDING then
-			t = max(t, s.start)
+			t = max(t, s[3])
 			local start, cur, prev = slidingRoll(l, s, t)
 			local resetAt = t
 			if cur > 0 then
@@ -318,7 +312,7 @@ local function buildWindows(S)
 			end
 			return remainingFloat(l.limit, slidingEstimate(prev, cur, l.window, t - start)), resetAt
 		elseif l.kind == K_LOG then
-			local e = s.log
+			local e = s[3]
 			local n = #e / 2
 			if n > 0 then
 				t = max(t, e[2 * n - 1])
@@ -334,7 +328,7 @@ local function buildWindows(S)
 			end
 			return max(0, l.limit - used), last + l.window
 		end
-		local tat, frac = s.tat, max(s.frac, 0)
+		local tat, frac = s[3], max(s[4], 0)
 		if frac >= l.limit then
 			tat, frac = tat + 1, 0
 		end
@@ -345,13 +339,25 @@ local function buildWindows(S)
 		return gcraRemaining(l, tat, frac, t), max(t, gcraCeil(tat, frac))
 	end
 
+	-- cmdHit's working arrays, indexed by window and reused by every hit
+	-- (each reads only the first n entries it set): keys, limits (tables
+	-- {kind, limit, window}, refilled in place), and states before and
+	-- after the hit. A batch runs its commands one by one, and nothing
+	-- outside cmdHit keeps these tables.
+	local keys, limits, cur, nxt = {}, {}, {}, {}
+
 	local function cmdHit(r)
 		local cost, n = num(), num()
-		local keys, limits, cur, nxt = {}, {}, {}, {}
+		local ws = r[WINDOWS]
 		for i = 1, n do
 			local k = key()
-			local l = {kind = num(), limit = num(), window = num()}
-			keys[i], limits[i] = k, l
+			local l = limits[i]
+			if not l then
+				l = {}
+				limits[i] = l
+			end
+			l.kind, l.limit, l.window = num(), num(), num()
+			keys[i] = k
 			local kind = WINDOW_RECORD[l.kind]
 			local st = EMPTY[l.kind]
 			local rec = get(k)
@@ -359,32 +365,37 @@ local function buildWindows(S)
 				if rec[1] ~= kind then
 					wrongType(k, rec[1], kind)
 				end
-				st = decodeWindow(k, l.kind, rec)
+				st = checkWindow(k, l.kind, rec)
 			end
 			cur[i] = st
-			local d
-			nxt[i], d = HIT[l.kind](l, st, now, cost)
-			addWindow(r, d)
+			nxt[i], ws[i] = HIT[l.kind](l, st, now, cost)
 		end
-		r.allowed, r.remaining = true, MAX_LIMIT
-		for _, d in ipairs(r.windows) do
-			r.allowed = r.allowed and d.allowed
-			r.retry = max(r.retry, d.retry)
+		local allowed, retry = true, 0
+		for i = 1, n do
+			local d = ws[i]
+			allowed = allowed and d.allowed
+			retry = max(retry, d.retry)
 		end
-		for i, d in ipairs(r.windows) do
-			if not r.allowed and d.allowed then
+		local remaining, resetAt = MAX_LIMIT, 0
+		for i = 1, n do
+			local d = ws[i]
+			if not allowed and d.allowed then
 				-- This window would have admitted the hit but was not charged:
 				-- report it as it stands.
 				d.remaining, d.resetAt = peek(limits[i], cur[i], now)
 			end
-			r.remaining = min(r.remaining, d.remaining)
-			r.resetAt = max(r.resetAt, d.resetAt)
+			remaining = min(remaining, d.remaining)
+			resetAt = max(resetAt, d.resetAt)
 		end
-		if not r.allowed then
+		r[ALLOWED], r[REMAINING], r[RESET_AT], r[RETRY] = allowed, remaining, resetAt, retry
+		if not allowed then
 			return
 		end
-		for i, l in ipairs(limits) do
-			put(keys[i], encodeWindow(l.kind, now + max(1, windowTTL(l, nxt[i], now)), nxt[i]))
+		for i = 1, n do
+			-- Every admitting hit returned a new state: set its expiry.
+			local st = nxt[i]
+			st[2] = now + max(1, windowTTL(limits[i], st, now))
+			put(keys[i], st)
 		end
 	end
 
