@@ -26,6 +26,10 @@ func waitConfig() redisstore.Config {
 func TestWaitReplicas(t *testing.T) {
 	r := redistest.StartReplicated(t)
 	cfg := waitConfig()
+	// A replica answers WAIT within a millisecond on an idle machine; on a
+	// busy one it may take far longer, and only the paused replica must
+	// make the wait fail.
+	cfg.WaitTimeout = 3 * time.Second
 	s, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
 	if err != nil {
 		t.Fatal(err)
