@@ -13,40 +13,17 @@ import (
 type Summary struct {
 	Configs []Config
 	// Rounds holds, per round, the result of each configuration by name.
-	Rounds []map[string]Result
+	Rounds stats.Rounds[Result]
 }
 
 // Add records r in round i.
-func (s *Summary) Add(round int, r Result) {
-	for len(s.Rounds) <= round {
-		s.Rounds = append(s.Rounds, map[string]Result{})
-	}
-	s.Rounds[round][r.Config] = r
-}
-
-func (s *Summary) results(name string) []Result {
-	var out []Result
-	for _, rd := range s.Rounds {
-		if r, ok := rd[name]; ok {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func medianOf(rs []Result, f func(Result) float64) float64 {
-	xs := make([]float64, len(rs))
-	for i, r := range rs {
-		xs[i] = f(r)
-	}
-	return stats.Median(xs)
-}
+func (s *Summary) Add(round int, r Result) { s.Rounds.Add(round, r.Config, r) }
 
 // Median returns the median over the rounds of f of configuration name, and
 // whether it was measured.
 func (s *Summary) Median(name string, f func(Result) float64) (float64, bool) {
-	rs := s.results(name)
-	return medianOf(rs, f), len(rs) > 0
+	rs := s.Rounds.Of(name)
+	return stats.MedianOf(rs, f), len(rs) > 0
 }
 
 // Decisions is Result.DecisionsPerSec as a function value.
@@ -63,7 +40,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| configuration | decisions per call | decisions/s | p50 | p99 | script µs per decision | server CPU µs per decision | errors | decisions/s per round |\n")
 	fmt.Fprintf(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, c := range s.Configs {
-		rs := s.results(c.Name)
+		rs := s.Rounds.Of(c.Name)
 		if len(rs) == 0 {
 			continue
 		}
@@ -75,12 +52,12 @@ func (s *Summary) WriteTable(w io.Writer) {
 		}
 		p50, p99 := "–", "–"
 		if !c.External {
-			p50 = stats.Latency(time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P50) })))
-			p99 = stats.Latency(time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P99) })))
+			p50 = stats.Latency(time.Duration(stats.MedianOf(rs, func(r Result) float64 { return float64(r.P50) })))
+			p99 = stats.Latency(time.Duration(stats.MedianOf(rs, func(r Result) float64 { return float64(r.P99) })))
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %.1f | %.1f | %d | %s |\n",
-			c.Name, c.PerCall, stats.Thousands(medianOf(rs, Decisions)), p50, p99,
-			medianOf(rs, ScriptUsec), medianOf(rs, ServerCPU), errs, strings.Join(per, ", "))
+			c.Name, c.PerCall, stats.Thousands(stats.MedianOf(rs, Decisions)), p50, p99,
+			stats.MedianOf(rs, ScriptUsec), stats.MedianOf(rs, ServerCPU), errs, strings.Join(per, ", "))
 	}
 }
 

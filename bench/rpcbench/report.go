@@ -13,40 +13,17 @@ import (
 type Summary struct {
 	Configs []Config
 	// Rounds holds, per round, the result of each configuration by name.
-	Rounds []map[string]Result
+	Rounds stats.Rounds[Result]
 }
 
 // Add records r in round i.
-func (s *Summary) Add(round int, r Result) {
-	for len(s.Rounds) <= round {
-		s.Rounds = append(s.Rounds, map[string]Result{})
-	}
-	s.Rounds[round][r.Config] = r
-}
-
-func (s *Summary) results(name string) []Result {
-	var out []Result
-	for _, rd := range s.Rounds {
-		if r, ok := rd[name]; ok {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func medianOf(rs []Result, f func(Result) float64) float64 {
-	xs := make([]float64, len(rs))
-	for i, r := range rs {
-		xs[i] = f(r)
-	}
-	return stats.Median(xs)
-}
+func (s *Summary) Add(round int, r Result) { s.Rounds.Add(round, r.Config, r) }
 
 // Median returns the median over the rounds of f of configuration name, and
 // whether it was measured.
 func (s *Summary) Median(name string, f func(Result) float64) (float64, bool) {
-	rs := s.results(name)
-	return medianOf(rs, f), len(rs) > 0
+	rs := s.Rounds.Of(name)
+	return stats.MedianOf(rs, f), len(rs) > 0
 }
 
 // Decisions is Result.DecisionsPerSec as a function value.
@@ -60,7 +37,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| configuration | decisions per call | calls/s | decisions/s | p50 | p99 | CPU per decision | cores busy | errors | decisions/s per round |\n")
 	fmt.Fprintf(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, c := range s.Configs {
-		rs := s.results(c.Name)
+		rs := s.Rounds.Of(c.Name)
 		if len(rs) == 0 {
 			continue
 		}
@@ -70,12 +47,12 @@ func (s *Summary) WriteTable(w io.Writer) {
 			errs += r.Errors
 			per[i] = stats.Thousands(r.DecisionsPerSec())
 		}
-		p50 := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P50) }))
-		p99 := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.P99) }))
-		cpu := time.Duration(medianOf(rs, func(r Result) float64 { return float64(r.CPUPerDecision()) }))
+		p50 := time.Duration(stats.MedianOf(rs, func(r Result) float64 { return float64(r.P50) }))
+		p99 := time.Duration(stats.MedianOf(rs, func(r Result) float64 { return float64(r.P99) }))
+		cpu := time.Duration(stats.MedianOf(rs, func(r Result) float64 { return float64(r.CPUPerDecision()) }))
 		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.2f | %d | %s |\n",
-			c.Name, c.PerCall, stats.Thousands(medianOf(rs, Calls)), stats.Thousands(medianOf(rs, Decisions)),
-			stats.Latency(p50), stats.Latency(p99), stats.Micros(cpu), medianOf(rs, Result.Cores), errs, strings.Join(per, ", "))
+			c.Name, c.PerCall, stats.Thousands(stats.MedianOf(rs, Calls)), stats.Thousands(stats.MedianOf(rs, Decisions)),
+			stats.Latency(p50), stats.Latency(p99), stats.Micros(cpu), stats.MedianOf(rs, Result.Cores), errs, strings.Join(per, ", "))
 	}
 }
 

@@ -45,3 +45,36 @@ func Micros(d time.Duration) string {
 func Latency(d time.Duration) string {
 	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
 }
+
+// Rounds holds, per round of a run, the result of each configuration by
+// name.
+type Rounds[R any] []map[string]R
+
+// Add records r as the result of configuration name in round i.
+func (rs *Rounds[R]) Add(round int, name string, r R) {
+	for len(*rs) <= round {
+		*rs = append(*rs, map[string]R{})
+	}
+	(*rs)[round][name] = r
+}
+
+// Of returns the results of configuration name, in round order, skipping
+// rounds that did not measure it.
+func (rs Rounds[R]) Of(name string) []R {
+	var out []R
+	for _, rd := range rs {
+		if r, ok := rd[name]; ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// MedianOf returns the median of f over rs.
+func MedianOf[R any](rs []R, f func(R) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return Median(xs)
+}

@@ -49,3 +49,19 @@ func TestThousandsAndMedian(t *testing.T) {
 		t.Errorf("Median(nil) = %v, want 0", got)
 	}
 }
+
+func TestRounds(t *testing.T) {
+	var rs Rounds[float64]
+	rs.Add(0, "a", 1)
+	rs.Add(2, "a", 5) // round 1 did not measure a
+	rs.Add(1, "b", 7)
+	if got := rs.Of("a"); len(got) != 2 || got[0] != 1 || got[1] != 5 {
+		t.Errorf("Of(a) = %v, want [1 5] in round order", got)
+	}
+	if got := rs.Of("c"); len(got) != 0 {
+		t.Errorf("Of(c) = %v, want nothing", got)
+	}
+	if got := MedianOf(rs.Of("a"), func(x float64) float64 { return 2 * x }); got != 6 {
+		t.Errorf("MedianOf(2x over a) = %v, want 6", got)
+	}
+}
