@@ -115,13 +115,14 @@ const (
 	MaxConcurrentStreams = 256
 	// MaxStreamWindow is the flow-control window of an HTTP/2 request
 	// body: what a client may send before the server reads it. It is the
-	// protocol's initial window (64 KiB − 1), far above the largest body,
-	// so a valid body never waits for a window update. Go's default, 1 MiB,
+	// protocol's initial window (64 KiB − 1), above the largest body (an
+	// envelope's, wire.MaxEnvelopeBody), so a valid body never waits for a
+	// window update. Go's default, 1 MiB,
 	// would let a refused body cost that much; a window below the initial
 	// one would be overrun by clients that send before they have read the
 	// server's settings, which the server then resets without an answer.
 	// An oversized body costs the server at most this window and the
-	// wire.MaxBody+1 bytes the handler's read gives back before the 413.
+	// bound+1 bytes the handler's read gives back before the 413.
 	MaxStreamWindow = 64<<10 - 1
 	// MaxConnectionWindow is the flow-control window of an HTTP/2
 	// connection: the unread request bodies of all its streams together.

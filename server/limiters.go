@@ -75,9 +75,9 @@ func (s *Server) initLimiters() {
 // features lists the optional endpoints this server serves, for /v1/ping.
 func (s *Server) features() []string {
 	if s.limiters == nil {
-		return nil
+		return []string{wire.FeatureRPCs}
 	}
-	return []string{wire.FeatureLimiters, wire.FeaturePolicies}
+	return []string{wire.FeatureRPCs, wire.FeatureLimiters, wire.FeaturePolicies}
 }
 
 // routeLimiters registers the limiters endpoints. Each path takes several

@@ -333,7 +333,7 @@ func TestPingReportsTheLimitersFeature(t *testing.T) {
 	for _, c := range []struct {
 		pepper string
 		want   []string
-	}{{limPepper, []string{wire.FeatureLimiters, wire.FeaturePolicies}}, {"", nil}} {
+	}{{limPepper, []string{wire.FeatureRPCs, wire.FeatureLimiters, wire.FeaturePolicies}}, {"", []string{wire.FeatureRPCs}}} {
 		h := newLimHarness(t, func(cfg *server.Config) { cfg.Pepper = c.pepper })
 		resp, err := http.Get(h.url + wire.PathPing)
 		if err != nil {

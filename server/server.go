@@ -5,7 +5,9 @@
 // docs/protocol.md): configuration, body bound, signature, JSON, bounds,
 // stop fence, admission, and only then the subject commands. Everything a
 // caller can send before its signature is verified is bounded and parsed by
-// nothing but the signature check.
+// nothing but the signature check. POST /v1/rpcs, the envelope of several
+// requests, checks its own configuration, bound and signature the same way
+// and then runs each request it carries as /v1/rpc would, concurrently.
 package server
 
 import (
@@ -88,6 +90,7 @@ func (s *Server) routes() {
 		allow[path] = method
 	}
 	handle(http.MethodPost, wire.PathRPC, s.handleRPC)
+	handle(http.MethodPost, wire.PathRPCs, s.handleRPCs)
 	handle(http.MethodGet, wire.PathPing, s.handlePing)
 	handle(http.MethodPost, wire.PathStop, s.operator(s.handleStop))
 	handle(http.MethodPost, wire.PathResume, s.operator(s.handleResume))
@@ -112,67 +115,93 @@ func (s *Server) routes() {
 }
 
 func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
-	if s.misconfigured != "" {
-		writeProblem(w, wire.CodeUnavailable, s.misconfigured)
+	buf := rpcBuffers.get()
+	defer rpcBuffers.put(buf)
+	body, ok := s.readSigned(w, r, wire.MaxBody, buf)
+	if !ok {
 		return
 	}
-	if r.ContentLength > wire.MaxBody {
-		writeTooLarge(w, r, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, wire.MaxBody))
-		return
-	}
-	ts, sig := r.Header.Get(wire.HeaderTimestamp), r.Header.Get(wire.HeaderSignature)
-	if ts == "" || sig == "" {
-		writeProblem(w, wire.CodeUnauthorized, wire.ErrMissingSignature.Error())
-		return
-	}
-	buf := getBuffer()
-	defer putBuffer(buf)
-	body, err := wire.AppendBody((*buf)[:0], r.Body, wire.MaxBody)
-	if errors.Is(err, wire.ErrBodyTooLarge) {
-		writeTooLarge(w, r, fmt.Sprintf("body over the %d-byte bound", wire.MaxBody))
-		return
-	}
-	if err != nil {
-		writeProblem(w, wire.CodeInvalid, "reading the body failed")
-		return
-	}
-	if err := s.verifier.Verify(s.now(), ts, sig, r.Method, r.URL.Path, body); err != nil {
-		writeProblem(w, wire.CodeUnauthorized, err.Error())
-		return
-	}
-	// The request holds no reference to the body: every string is a copy.
-	req, err := decodeRequest(body)
-	if err != nil {
-		writeProblem(w, wire.CodeInvalid, err.Error())
-		return
-	}
-	ctx := r.Context()
-	if st, err := s.fence.get(ctx); err != nil {
-		s.log.Error("stop fence unreadable", "err", err)
-		writeProblem(w, wire.CodeUnavailable, "stop fence unreadable")
-		return
-	} else if st.Stopped {
-		writeProblem(w, wire.CodeStopped, "stopped by the operator")
-		return
-	}
-	if s.cfg.Admission != nil {
-		if err := s.cfg.Admission.Admit(ctx, req); err != nil {
-			s.writeError(w, err)
-			return
-		}
-	}
-	resp, err := s.eng.Do(ctx, req.Engine())
-	if err != nil {
-		s.writeError(w, err)
+	resp, code, reason := s.run(r.Context(), body)
+	if code != "" {
+		writeProblem(w, code, reason)
 		return
 	}
 	// The body is read and decoded: its buffer now takes the answer.
 	*buf = append(wire.AppendResponse((*buf)[:0], resp), '\n')
+	writeOK(w, *buf)
+}
+
+// readSigned reads the body of a signed request into buf, bounded by max,
+// and verifies its signature. When either fails, or the server is
+// misconfigured, it answers w and reports false. Nothing before the
+// signature check looks into the body.
+func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, max int, buf *[]byte) ([]byte, bool) {
+	if s.misconfigured != "" {
+		writeProblem(w, wire.CodeUnavailable, s.misconfigured)
+		return nil, false
+	}
+	if r.ContentLength > int64(max) {
+		writeTooLarge(w, r, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, max))
+		return nil, false
+	}
+	ts, sig := r.Header.Get(wire.HeaderTimestamp), r.Header.Get(wire.HeaderSignature)
+	if ts == "" || sig == "" {
+		writeProblem(w, wire.CodeUnauthorized, wire.ErrMissingSignature.Error())
+		return nil, false
+	}
+	body, err := wire.AppendBody((*buf)[:0], r.Body, max)
+	*buf = body[:0]
+	if errors.Is(err, wire.ErrBodyTooLarge) {
+		writeTooLarge(w, r, fmt.Sprintf("body over the %d-byte bound", max))
+		return nil, false
+	}
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, "reading the body failed")
+		return nil, false
+	}
+	if err := s.verifier.Verify(s.now(), ts, sig, r.Method, r.URL.Path, body); err != nil {
+		writeProblem(w, wire.CodeUnauthorized, err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// run runs the verified body of one RPC request: JSON, bounds, stop fence,
+// admission, and the engine, which replays a known operation id. It
+// returns the response, or the code and reason of the error answer.
+func (s *Server) run(ctx context.Context, body []byte) (*engine.Response, wire.Code, string) {
+	// The request holds no reference to the body: every string is a copy.
+	req, err := decodeRequest(body)
+	if err != nil {
+		return nil, wire.CodeInvalid, err.Error()
+	}
+	if st, err := s.fence.get(ctx); err != nil {
+		s.log.Error("stop fence unreadable", "err", err)
+		return nil, wire.CodeUnavailable, "stop fence unreadable"
+	} else if st.Stopped {
+		return nil, wire.CodeStopped, "stopped by the operator"
+	}
+	if s.cfg.Admission != nil {
+		if err := s.cfg.Admission.Admit(ctx, req); err != nil {
+			code, reason := s.problem(err)
+			return nil, code, reason
+		}
+	}
+	resp, err := s.eng.Do(ctx, req.Engine())
+	if err != nil {
+		code, reason := s.problem(err)
+		return nil, code, reason
+	}
+	return resp, "", ""
+}
+
+// writeOK sends a 200 JSON answer.
+func writeOK(w http.ResponseWriter, body []byte) {
 	h := w.Header()
 	h["Content-Type"] = jsonContentType
-	h["Content-Length"] = []string{strconv.Itoa(len(*buf))}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(*buf)
+	_, _ = w.Write(body)
 }
 
 // jsonContentType is the Content-Type of every JSON answer. Handlers assign
@@ -192,48 +221,66 @@ func decodeRequest(body []byte) (*wire.Request, error) {
 	return &req, nil
 }
 
-// buffers recycles the buffers the RPC handler reads a body into and writes
+// bufferPool recycles the buffers a handler reads a body into and writes
 // its answer from. Each has room for the largest body and the byte that
-// shows it too large; one that an answer grew past maxPooledBuffer is
+// shows it too large; one that an answer grew past four times that is
 // dropped rather than kept.
-var buffers = sync.Pool{New: func() any {
-	b := make([]byte, 0, wire.MaxBody+1)
-	return &b
-}}
+type bufferPool struct {
+	pool sync.Pool
+	size int
+}
 
-const maxPooledBuffer = 64 << 10
+func newBufferPool(maxBody int) *bufferPool {
+	p := &bufferPool{size: maxBody + 1}
+	p.pool.New = func() any {
+		b := make([]byte, 0, p.size)
+		return &b
+	}
+	return p
+}
 
-func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
+var (
+	rpcBuffers      = newBufferPool(wire.MaxBody)
+	envelopeBuffers = newBufferPool(wire.MaxEnvelopeBody)
+)
 
-func putBuffer(b *[]byte) {
-	if cap(*b) <= maxPooledBuffer {
+func (p *bufferPool) get() *[]byte { return p.pool.Get().(*[]byte) }
+
+func (p *bufferPool) put(b *[]byte) {
+	if cap(*b) <= 4*p.size {
 		*b = (*b)[:0]
-		buffers.Put(b)
+		p.pool.Put(b)
 	}
 }
 
 // writeError maps an engine, admission or store error to its answer.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
+	code, reason := s.problem(err)
+	writeProblem(w, code, reason)
+}
+
+// problem returns the code and reason answering an engine, admission or
+// store error.
+func (s *Server) problem(err error) (wire.Code, string) {
 	var werr *wire.Error
 	switch {
 	case errors.As(err, &werr):
-		writeProblem(w, werr.Code, werr.Reason)
+		return werr.Code, werr.Reason
 	case errors.Is(err, engine.ErrInvalid):
-		writeProblem(w, wire.CodeInvalid, err.Error())
+		return wire.CodeInvalid, err.Error()
 	case errors.Is(err, engine.ErrOperationConflict):
-		writeProblem(w, wire.CodeConflict, err.Error())
+		return wire.CodeConflict, err.Error()
 	case errors.Is(err, engine.ErrWrongType):
-		writeProblem(w, wire.CodeWrongType, err.Error())
+		return wire.CodeWrongType, err.Error()
 	case errors.Is(err, engine.ErrOverflow):
-		writeProblem(w, wire.CodeOverflow, err.Error())
+		return wire.CodeOverflow, err.Error()
 	case errors.Is(err, engine.ErrCapacity):
-		writeProblem(w, wire.CodeUnavailable, "store at capacity")
+		return wire.CodeUnavailable, "store at capacity"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		writeProblem(w, wire.CodeUnavailable, "request cancelled")
-	default:
-		s.log.Error("store failure", "err", err)
-		writeProblem(w, wire.CodeUnavailable, "store unavailable")
+		return wire.CodeUnavailable, "request cancelled"
 	}
+	s.log.Error("store failure", "err", err)
+	return wire.CodeUnavailable, "store unavailable"
 }
 
 func (s *Server) handlePing(w http.ResponseWriter, r *http.Request) {

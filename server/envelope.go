@@ -1,0 +1,71 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// handleRPCs serves POST /v1/rpcs, the envelope of several whole requests.
+// The envelope is bounded, signed and verified as one body; then each of
+// its requests runs as if it had come alone to /v1/rpc — its own bounds,
+// the stop fence, admission, the engine with replay by its operation id —
+// and is answered on its own. They run concurrently, so that the store
+// commits them together (one fsync for a durable store) rather than one
+// after another; nothing orders them.
+func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
+	buf := envelopeBuffers.get()
+	defer envelopeBuffers.put(buf)
+	body, ok := s.readSigned(w, r, wire.MaxEnvelopeBody, buf)
+	if !ok {
+		return
+	}
+	var spans [wire.MaxEnvelope][]byte
+	reqs, err := wire.DecodeEnvelope(body, spans[:0])
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, err.Error())
+		return
+	}
+	answers := make([]wire.Answer, len(reqs))
+	ctx := r.Context()
+	if len(reqs) == 1 {
+		answers[0] = s.answer(ctx, reqs[0])
+	} else {
+		var wg sync.WaitGroup
+		for i, req := range reqs {
+			wg.Go(func() { answers[i] = s.answer(ctx, req) })
+		}
+		wg.Wait()
+	}
+	// Every request is decoded: the body's buffer now takes the answer.
+	out := append((*buf)[:0], `{"answers":[`...)
+	for i := range answers {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = wire.AppendAnswer(out, &answers[i])
+	}
+	*buf = append(out, "]}\n"...)
+	writeOK(w, *buf)
+}
+
+// answer runs one request of an envelope and returns what /v1/rpc would
+// have answered it.
+func (s *Server) answer(ctx context.Context, body []byte) wire.Answer {
+	if len(body) > wire.MaxBody {
+		return problemAnswer(wire.CodeTooLarge, fmt.Sprintf("request of %d bytes over the %d-byte bound", len(body), wire.MaxBody))
+	}
+	resp, code, reason := s.run(ctx, body)
+	if code != "" {
+		return problemAnswer(code, reason)
+	}
+	return wire.Answer{Status: http.StatusOK, Response: resp}
+}
+
+func problemAnswer(code wire.Code, reason string) wire.Answer {
+	p := wire.NewProblem(code, reason)
+	return wire.Answer{Status: p.Status, Problem: &p}
+}

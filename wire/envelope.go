@@ -1,0 +1,323 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// PathRPCs is the envelope endpoint: several whole RPC requests in one
+// signed body, each run and answered as if it had come alone to PathRPC.
+const PathRPCs = "/v1/rpcs"
+
+// FeatureRPCs is reported in Ping.Features by a server serving PathRPCs.
+const FeatureRPCs = "rpcs"
+
+// Bounds of an envelope. Each request in it keeps every bound of a request
+// sent alone, MaxBody included.
+const (
+	// MaxEnvelope is the most requests one envelope carries.
+	MaxEnvelope = 32
+	// MaxEnvelopeBody is the largest envelope body accepted, in bytes.
+	MaxEnvelopeBody = 48 << 10
+)
+
+// Envelope is the body of POST /v1/rpcs: {"requests":[…]}, each element
+// the body of a request to POST /v1/rpc.
+type Envelope struct {
+	Requests []json.RawMessage `json:"requests"`
+}
+
+// EnvelopeResponse is the body of a 200 answer to POST /v1/rpcs: one Answer
+// per request, in the envelope's order.
+type EnvelopeResponse struct {
+	Answers []Answer `json:"answers"`
+}
+
+// Answer is what POST /v1/rpc would have answered one request of an
+// envelope: its HTTP status, and the Response of a 200 or the Problem of
+// any other status.
+type Answer struct {
+	Status   int       `json:"status"`
+	Response *Response `json:"response,omitempty"`
+	Problem  *Problem  `json:"problem,omitempty"`
+}
+
+// AppendEnvelope appends the envelope of bodies, each the encoded body of
+// one request (see AppendRequest), to dst.
+func AppendEnvelope(dst []byte, bodies ...[]byte) []byte {
+	dst = append(dst, `{"requests":[`...)
+	for i, b := range bodies {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, b...)
+	}
+	return append(dst, "]}"...)
+}
+
+// EnvelopeSize returns the length of the envelope of n request bodies
+// totalling size bytes.
+func EnvelopeSize(n, size int) int { return len(`{"requests":[]}`) + size + max(n-1, 0) }
+
+// DecodeEnvelope decodes an envelope body strictly, as DecodeRequest does a
+// request, and appends the raw bytes of each of its requests to dst; they
+// alias body. It checks the envelope's own bounds (1 … MaxEnvelope
+// requests) but not its requests, each of which is decoded on its own.
+func DecodeEnvelope(body []byte, dst [][]byte) ([][]byte, error) {
+	start := len(dst)
+	s := scanner{data: body}
+	var ok bool
+	if dst, ok = s.envelope(dst); !ok || !s.end() {
+		var env Envelope
+		dst = dst[:start]
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&env); err != nil {
+			return dst, fmt.Errorf("malformed JSON: %w", err)
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			return dst, errors.New("malformed JSON: data after the envelope object")
+		}
+		for _, r := range env.Requests {
+			dst = append(dst, r)
+		}
+	}
+	if n := len(dst) - start; n == 0 || n > MaxEnvelope {
+		return dst, fmt.Errorf("envelope of %d requests (want 1…%d)", n, MaxEnvelope)
+	}
+	return dst, nil
+}
+
+// envelope reads {"requests":[…]}, delimiting each element by its syntax.
+func (s *scanner) envelope(dst [][]byte) ([][]byte, bool) {
+	if !s.next('{') {
+		return dst, false
+	}
+	k, ok := s.key()
+	if !ok || string(k) != "requests" || !s.next('[') {
+		return dst, false
+	}
+	if !s.next(']') {
+		for {
+			s.ws()
+			start := s.pos
+			if !s.skip(0) {
+				return dst, false
+			}
+			dst = append(dst, s.data[start:s.pos])
+			more, ok := s.more(']')
+			if !ok {
+				return dst, false
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	return dst, s.next('}')
+}
+
+// AppendAnswer appends the JSON of a, as json.Marshal writes it, to dst.
+func AppendAnswer(dst []byte, a *Answer) []byte {
+	dst = append(dst, `{"status":`...)
+	dst = strconv.AppendInt(dst, int64(a.Status), 10)
+	if a.Response != nil {
+		dst = append(dst, `,"response":`...)
+		dst = a.Response.AppendJSON(dst)
+	}
+	if a.Problem != nil {
+		dst = append(dst, `,"problem":`...)
+		dst = AppendProblem(dst, a.Problem)
+	}
+	return append(dst, '}')
+}
+
+// AppendProblem appends the JSON of p, as json.Marshal writes it, to dst.
+func AppendProblem(dst []byte, p *Problem) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = appendString(dst, p.Type)
+	dst = append(dst, `,"title":`...)
+	dst = appendString(dst, p.Title)
+	dst = append(dst, `,"status":`...)
+	dst = strconv.AppendInt(dst, int64(p.Status), 10)
+	dst = append(dst, `,"code":`...)
+	dst = appendString(dst, string(p.Code))
+	dst = appendStringField(dst, `,"reason":`, p.Reason)
+	return append(dst, '}')
+}
+
+// DecodeEnvelopeResponse decodes the body of a 200 answer to POST /v1/rpcs
+// into r, which it resets first, leniently as DecodeResponse does: a fast
+// path for what Sluice's servers write, json.Unmarshal for anything else.
+func DecodeEnvelopeResponse(data []byte, r *EnvelopeResponse) error {
+	*r = EnvelopeResponse{}
+	s := scanner{data: data}
+	if s.envelopeResponse(r) && s.end() {
+		return nil
+	}
+	*r = EnvelopeResponse{}
+	return json.Unmarshal(data, r)
+}
+
+func (s *scanner) envelopeResponse(r *EnvelopeResponse) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	seen := false
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		switch string(k) {
+		case "answers":
+			if seen {
+				return false
+			}
+			seen = true
+			if !s.null() {
+				if r.Answers, ok = s.answers(); !ok {
+					return false
+				}
+			}
+		default:
+			if !s.unknown(k, "answers") {
+				return false
+			}
+		}
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+func (s *scanner) answers() ([]Answer, bool) {
+	if !s.next('[') {
+		return nil, false
+	}
+	if s.next(']') {
+		return []Answer{}, true
+	}
+	answers := make([]Answer, 0, MaxEnvelope)
+	for {
+		answers = append(answers, Answer{})
+		if !s.answer(&answers[len(answers)-1]) {
+			return nil, false
+		}
+		more, ok := s.more(']')
+		if !ok || !more {
+			return answers, ok
+		}
+	}
+}
+
+var answerFields = []string{"status", "response", "problem"}
+
+func (s *scanner) answer(a *Answer) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	var seen uint
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		var f uint
+		switch string(k) {
+		case "status":
+			f = 1
+			a.Status, ok = s.statusOrNull(a.Status)
+		case "response":
+			f = 2
+			if !s.null() {
+				a.Response = new(Response)
+				ok = s.response(a.Response)
+			}
+		case "problem":
+			f = 4
+			if !s.null() {
+				a.Problem = new(Problem)
+				ok = s.problem(a.Problem)
+			}
+		default:
+			ok = s.unknown(k, answerFields...)
+		}
+		if !ok || seen&f != 0 {
+			return false
+		}
+		seen |= f
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+var problemFields = []string{"type", "title", "status", "code", "reason"}
+
+func (s *scanner) problem(p *Problem) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	var seen uint
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		var f uint
+		switch string(k) {
+		case "type":
+			f = 1
+			p.Type, ok = s.strOrNull(p.Type)
+		case "title":
+			f = 2
+			p.Title, ok = s.strOrNull(p.Title)
+		case "status":
+			f = 4
+			p.Status, ok = s.statusOrNull(p.Status)
+		case "code":
+			f = 8
+			var code string
+			code, ok = s.strOrNull(string(p.Code))
+			p.Code = Code(code)
+		case "reason":
+			f = 16
+			p.Reason, ok = s.strOrNull(p.Reason)
+		default:
+			ok = s.unknown(k, problemFields...)
+		}
+		if !ok || seen&f != 0 {
+			return false
+		}
+		seen |= f
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
+// statusOrNull reads an HTTP status: an integer of three digits, which
+// every int holds; anything else goes to json.Unmarshal.
+func (s *scanner) statusOrNull(old int) (int, bool) {
+	v, ok := s.intOrNull(int64(old))
+	return int(v), ok && v >= 100 && v <= 999
+}
+
+// strOrNull reads a string, or a null that leaves old as it is.
+func (s *scanner) strOrNull(old string) (string, bool) {
+	if s.null() {
+		return old, true
+	}
+	return s.str()
+}
