@@ -15,20 +15,25 @@ import (
 
 // BenchmarkRPC measures whole calls through the client, the HTTP stack and
 // the server over loopback, on the in-memory store so that the transport
-// and the codec dominate: 64 concurrent callers, one win.hit per RPC or 4
-// steps × 8, over each HTTP version. It reports the CPU time of the whole
-// process per call (client and server share it), which holds steadier than
-// the time per call on a shared machine.
+// and the codec dominate: 64 concurrent callers, one win.hit per call or 4
+// steps × 8, over each HTTP version, with the client's default coalescing
+// and, for one win.hit, without it (-single). It reports the CPU time of
+// the whole process per call (client and server share it), which holds
+// steadier than the time per call on a shared machine.
 func BenchmarkRPC(b *testing.B) {
 	for _, version := range []client.HTTPVersion{client.HTTP1, client.HTTP2} {
-		for _, shape := range []struct{ steps, cmds int }{{1, 1}, {4, 8}} {
-			name := "HTTP" + string(version) + "/" + strconv.Itoa(shape.steps*shape.cmds)
-			b.Run(name, func(b *testing.B) { benchRPC(b, version, shape.steps, shape.cmds) })
+		for _, shape := range []struct {
+			steps, cmds int
+			coalesce    int
+			suffix      string
+		}{{1, 1, 0, ""}, {1, 1, client.CoalesceOff, "-single"}, {4, 8, 0, ""}} {
+			name := "HTTP" + string(version) + "/" + strconv.Itoa(shape.steps*shape.cmds) + shape.suffix
+			b.Run(name, func(b *testing.B) { benchRPC(b, version, shape.steps, shape.cmds, shape.coalesce) })
 		}
 	}
 }
 
-func benchRPC(b *testing.B, version client.HTTPVersion, steps, cmds int) {
+func benchRPC(b *testing.B, version client.HTTPVersion, steps, cmds, coalesce int) {
 	st, err := memstore.New(memstore.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
@@ -39,7 +44,7 @@ func benchRPC(b *testing.B, version client.HTTPVersion, steps, cmds int) {
 	scfg.OperatorToken = testToken
 	srv := startHTTPServer(b, server.New(engine.New(st), scfg))
 	cfg := client.DefaultConfig()
-	cfg.URL, cfg.Secret, cfg.Pepper, cfg.HTTPVersion = srv.URL, testSecret, testPepper, version
+	cfg.URL, cfg.Secret, cfg.Pepper, cfg.HTTPVersion, cfg.Coalesce = srv.URL, testSecret, testPepper, version, coalesce
 	cfg.Timeout = client.MaxTimeout // a failure bound on a loaded machine
 	c := client.New(cfg)
 	b.Cleanup(func() { c.Close() })

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +29,8 @@ const maxAnswer = 1 << 20
 // Client is a Sluice server reached over the signed RPC. It is an
 // engine.Store and an engine.RequestStore, so engine.New(c) — and every
 // package built on the engine — runs against the server unchanged, one RPC
-// per request.
+// per request, concurrent requests coalesced into envelopes when the
+// client is busy (see Config.Coalesce).
 //
 // A Client is safe for concurrent use. WithFamily and WithFairness return
 // request-scoped views sharing its connections; a view never changes.
@@ -47,15 +47,18 @@ type Client struct {
 
 // shared is the state every view of a Client holds in common.
 type shared struct {
-	rpcURL, pingURL string
-	signer          *wire.Signer
-	pepper          []byte
-	timeout         time.Duration
-	http            *http.Client
-	transport       *http.Transport // ours to close; nil for a caller's HTTPClient
-	now             func() time.Time
-	log             *slog.Logger
-	families        []string
+	rpcURL, rpcsURL string
+	pingURL         string
+	// co gathers concurrent calls into envelopes; nil when off.
+	co        *coalescer
+	signer    *wire.Signer
+	pepper    []byte
+	timeout   time.Duration
+	http      *http.Client
+	transport *http.Transport // ours to close; nil for a caller's HTTPClient
+	now       func() time.Time
+	log       *slog.Logger
+	families  []string
 	// off is the error every call answers when the client is off, or nil.
 	off    error
 	closed atomic.Bool
@@ -105,7 +108,10 @@ func New(cfg Config) *Client {
 	}
 	if s.off == nil {
 		origin := strings.TrimSuffix(cfg.URL, "/")
-		s.rpcURL, s.pingURL = origin+wire.PathRPC, origin+wire.PathPing
+		s.rpcURL, s.rpcsURL, s.pingURL = origin+wire.PathRPC, origin+wire.PathRPCs, origin+wire.PathPing
+		if k := cfg.coalesce(); k > 0 {
+			s.co = &coalescer{limit: k}
+		}
 		s.http = cfg.HTTPClient
 		if s.http == nil {
 			u, _ := url.Parse(origin) // validated above
@@ -307,6 +313,9 @@ func (c *Client) Ping(ctx context.Context) (wire.Ping, error) {
 	if p.Protocol != wire.ProtocolVersion {
 		return p, unavailable(fmt.Errorf("server speaks protocol %d, this client %d", p.Protocol, wire.ProtocolVersion))
 	}
+	if c.s.co != nil && !slices.Contains(p.Features, wire.FeatureRPCs) {
+		c.s.co.single.Store(true) // a server without envelopes
+	}
 	return p, nil
 }
 
@@ -321,47 +330,30 @@ func (c *Client) ready() error {
 	return c.s.off
 }
 
-// call sends one signed RPC and decodes a successful answer into out.
+// call sends one signed RPC — alone, or in an envelope with concurrent
+// calls (see Config.Coalesce) — and decodes a successful answer into out.
 func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Response) error {
 	buf := getBuffer()
-	defer putBuffer(buf)
 	enc, err := wire.AppendRequest((*buf)[:0], wr)
-	*buf = enc[:0]
 	if err != nil {
+		putBuffer(buf)
 		return fmt.Errorf("%w: encoding the request: %w", engine.ErrInvalid, err)
-	}
-	if len(enc) > wire.MaxBody {
-		return fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(enc), wire.MaxBody)
-	}
-	if err := ctx.Err(); err != nil {
-		return unavailable(err)
 	}
 	// The transport may still read a request body after Do returns (and
 	// reads it again to resend a request no byte of which was written), so
 	// the body is a copy of its own rather than the pooled buffer.
 	body := bytes.Clone(enc)
-	ctx, cancel := context.WithTimeout(ctx, c.s.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.s.rpcURL, bytes.NewReader(body))
-	if err != nil {
+	*buf = enc[:0]
+	putBuffer(buf)
+	if len(body) > wire.MaxBody {
+		return fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(body), wire.MaxBody)
+	}
+	if err := ctx.Err(); err != nil {
 		return unavailable(err)
 	}
-	ts := c.s.now().Unix()
-	req.Header[headerContentType] = jsonContentType
-	req.Header[wire.HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
-	req.Header[wire.HeaderSignature] = []string{c.s.signer.Sign(ts, http.MethodPost, wire.PathRPC, body)}
-	status, answer, err := c.s.roundTrip(req, (*buf)[:0])
-	*buf = answer[:0]
-	if err != nil {
-		return err
-	}
-	if status != http.StatusOK {
-		return answerError(status, answer)
-	}
-	if err := wire.DecodeResponse(answer, out); err != nil {
-		return unavailable(fmt.Errorf("undecodable answer: %w", err))
-	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, c.s.timeout)
+	defer cancel()
+	return c.s.do(ctx, body, out)
 }
 
 // The request's Content-Type, assigned to the header map directly, as are

@@ -33,6 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		"empty family: default": func(c *client.Config) { c.Family = "" },
 		"HTTP/2":                func(c *client.Config) { c.HTTPVersion = client.HTTP2 },
 		"HTTP/1.1":              func(c *client.Config) { c.HTTPVersion = client.HTTP1 },
+		"coalescing off":        func(c *client.Config) { c.Coalesce = client.CoalesceOff },
+		"coalescing at most":    func(c *client.Config) { c.Coalesce = client.MaxCoalesce },
 	}
 	for name, mutate := range ok {
 		t.Run(name, func(t *testing.T) {
@@ -64,6 +66,8 @@ func TestConfigValidate(t *testing.T) {
 		"bad assigned":      {func(c *client.Config) { c.Families = []string{"ok", "no,comma"} }, "assigned family"},
 		"off, bad families": {func(c *client.Config) { c.Off = true; c.Families = []string{""} }, "assigned family"},
 		"HTTP/3":            {func(c *client.Config) { c.HTTPVersion = "3" }, `HTTP version "3"`},
+		"coalesce -2":       {func(c *client.Config) { c.Coalesce = -2 }, "coalesce -2"},
+		"coalesce too many": {func(c *client.Config) { c.Coalesce = client.MaxCoalesce + 1 }, "coalesce 1025"},
 	}
 	for name, tc := range bad {
 		t.Run(name, func(t *testing.T) {
@@ -90,7 +94,7 @@ func TestConfigValidate(t *testing.T) {
 
 // setEnv sets every SLUICE_* variable, unset ones to empty.
 func setEnv(t *testing.T, vars map[string]string) {
-	for _, name := range []string{client.EnvURL, client.EnvSecret, client.EnvPepper, client.EnvTimeoutMs, client.EnvFamily, client.EnvFamilies, client.EnvBackend, client.EnvHTTPVersion} {
+	for _, name := range []string{client.EnvURL, client.EnvSecret, client.EnvPepper, client.EnvTimeoutMs, client.EnvFamily, client.EnvFamilies, client.EnvBackend, client.EnvHTTPVersion, client.EnvCoalesce} {
 		t.Setenv(name, vars[name])
 	}
 }
@@ -104,10 +108,14 @@ func TestConfigFromEnv(t *testing.T) {
 		client.EnvFamily:      "proxy",
 		client.EnvFamilies:    " proxy, replay ,,password",
 		client.EnvHTTPVersion: "1.1",
+		client.EnvCoalesce:    " 16 ",
 	})
 	cfg, err := client.ConfigFromEnv()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.Coalesce != 16 {
+		t.Fatalf("coalesce %d, want 16", cfg.Coalesce)
 	}
 	if cfg.URL != "https://sluice.internal:7443" || cfg.Secret != goodSecret || cfg.Pepper != goodPepper {
 		t.Fatalf("connection settings: %+v", cfg)
@@ -146,7 +154,7 @@ func TestConfigFromEnvDefaultsAndClamping(t *testing.T) {
 		if cfg.Timeout != want {
 			t.Errorf("%s=%q: timeout %v, want %v", client.EnvTimeoutMs, v, cfg.Timeout, want)
 		}
-		if cfg.Family != client.DefaultFamily || len(cfg.Families) != 0 || cfg.Off || cfg.HTTPVersion != "" {
+		if cfg.Family != client.DefaultFamily || len(cfg.Families) != 0 || cfg.Off || cfg.HTTPVersion != "" || cfg.Coalesce != 0 {
 			t.Errorf("defaults: family %q families %q off %v HTTP version %q", cfg.Family, cfg.Families, cfg.Off, cfg.HTTPVersion)
 		}
 	}
@@ -166,6 +174,10 @@ func TestConfigFromEnvProblemsTurnTheClientOff(t *testing.T) {
 		"short pepper":  {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: "pepper"}, "key pepper is 6"},
 		"unknown HTTP version": {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper,
 			client.EnvHTTPVersion: "h2c"}, "HTTP version"},
+		"malformed coalesce": {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper,
+			client.EnvCoalesce: "0"}, client.EnvCoalesce},
+		"coalesce too many": {map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper,
+			client.EnvCoalesce: "5000"}, "coalesce 5000"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -194,5 +206,13 @@ func TestConfigFromEnvBackendOff(t *testing.T) {
 	}
 	if !c.Assigned("proxy") {
 		t.Fatal("an off client still reports its assigned families")
+	}
+}
+
+func TestConfigFromEnvCoalesceOff(t *testing.T) {
+	setEnv(t, map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper, client.EnvCoalesce: "off"})
+	cfg, err := client.ConfigFromEnv()
+	if err != nil || cfg.Coalesce != client.CoalesceOff {
+		t.Fatalf("coalesce %d, %v; want %d", cfg.Coalesce, err, client.CoalesceOff)
 	}
 }

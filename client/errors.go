@@ -31,9 +31,18 @@ func unavailable(cause error) error {
 
 // answerError maps a non-200 answer to the client's error.
 func answerError(status int, body []byte) error {
-	var cause error
 	var p wire.Problem
-	if json.Unmarshal(body, &p) == nil && p.Code != "" {
+	if json.Unmarshal(body, &p) != nil {
+		p = wire.Problem{}
+	}
+	return problemError(status, p)
+}
+
+// problemError maps a non-200 status and its problem document (one
+// without a code when there was none) to the client's error.
+func problemError(status int, p wire.Problem) error {
+	var cause error
+	if p.Code != "" {
 		p.Status = status // trust the transport over the document
 		cause = &wire.Error{Problem: p}
 	} else {

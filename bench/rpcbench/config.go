@@ -41,8 +41,11 @@ const (
 	Guber1     = "gubernator-1"
 	Guber100   = "gubernator-100"
 	Sluice1    = "sluice-1"
-	Sluice32   = "sluice-32"
-	guberBatch = 100
+	// Sluice1Single is sluice-1 with coalescing off: every call its own
+	// RPC, as before envelopes.
+	Sluice1Single = "sluice-1-single"
+	Sluice32      = "sluice-32"
+	guberBatch    = 100
 	// sluiceSteps × sluiceCmds commands of one RPC: the request bound.
 	sluiceSteps = 4
 	sluiceCmds  = 8
@@ -56,8 +59,9 @@ func Configs() []Config {
 		{Name: GRPCFloor, Title: "bare gRPC: unary health check", PerCall: 1, start: startGRPCFloor},
 		{Name: Guber1, Title: "gubernator v2, in memory, 1 check per call", PerCall: 1, start: startGuber(1)},
 		{Name: Guber100, Title: "gubernator v2, in memory, 100 checks per call", PerCall: guberBatch, start: startGuber(guberBatch)},
-		{Name: Sluice1, Title: "Sluice, durable (fsync always), 1 win.hit per RPC", PerCall: 1, start: startSluice(1, 1)},
-		{Name: Sluice32, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per RPC", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds)},
+		{Name: Sluice1, Title: "Sluice, durable (fsync always), 1 win.hit per call, the default client (concurrent calls coalesced)", PerCall: 1, start: startSluice(1, 1, true)},
+		{Name: Sluice1Single, Title: "Sluice, durable (fsync always), 1 win.hit per call, each call its own RPC", PerCall: 1, start: startSluice(1, 1, false)},
+		{Name: Sluice32, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per call", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds, true)},
 	}
 }
 

@@ -67,10 +67,12 @@ type Aim struct {
 
 // Aims are the performance aims.
 var Aims = []Aim{
-	{Text: "Sluice 1/RPC ≥ 2× gubernator 1/call (decisions/s)", Num: Sluice1, Den: Guber1, Measure: Decisions, Want: 2},
-	{Text: "Sluice 32/RPC ≥ 3× gubernator 100/call (decisions/s)", Num: Sluice32, Den: Guber100, Measure: Decisions, Want: 3, Reference: 240_000},
-	{Text: "Sluice 1/RPC ≥ 0.7× bare HTTP floor (requests/s)", Num: Sluice1, Den: HTTPFloor, Measure: Calls, Want: 0.7},
-	{Text: "Sluice 1/RPC ≥ 0.7× bare HTTP/2 floor (requests/s)", Num: Sluice1, Den: HTTP2Floor, Measure: Calls, Want: 0.7},
+	{Text: "Sluice 1/call ≥ 2× gubernator 1/call (decisions/s)", Num: Sluice1, Den: Guber1, Measure: Decisions, Want: 2},
+	{Text: "Sluice 32/call ≥ 3× gubernator 100/call (decisions/s)", Num: Sluice32, Den: Guber100, Measure: Decisions, Want: 3, Reference: 240_000},
+	{Text: "Sluice 1/call ≥ 0.7× bare HTTP floor (calls/s)", Num: Sluice1, Den: HTTPFloor, Measure: Calls, Want: 0.7},
+	{Text: "Sluice 1/call ≥ 0.7× bare HTTP/2 floor (calls/s)", Num: Sluice1, Den: HTTP2Floor, Measure: Calls, Want: 0.7},
+	{Text: "(without coalescing) Sluice 1/RPC ≥ 2× gubernator 1/call", Num: Sluice1Single, Den: Guber1, Measure: Decisions, Want: 2},
+	{Text: "(without coalescing) Sluice 1/RPC ≥ 0.7× bare HTTP floor", Num: Sluice1Single, Den: HTTPFloor, Measure: Calls, Want: 0.7},
 }
 
 // WriteAims writes each aim's ratio of medians, the spread of the ratio

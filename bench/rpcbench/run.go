@@ -42,6 +42,10 @@ type Options struct {
 	// HTTPVersion is the HTTP version of the Sluice configurations' client
 	// (client.Config.HTTPVersion); empty means the client's default.
 	HTTPVersion client.HTTPVersion
+	// Coalesce is client.Config.Coalesce of the Sluice configurations
+	// that coalesce (all but sluice-1-single); zero means the client's
+	// default.
+	Coalesce int
 	// CPUProfile, when set, receives a CPU profile of the measured time.
 	// Server goroutines carry the pprof label side=server and callers
 	// side=client, so the two can be told apart (go tool pprof -tagfocus).

@@ -34,6 +34,7 @@ const keysPerPartition = sluiceCmds
 
 type sluiceSystem struct {
 	steps, cmds int
+	coalesce    bool
 	partitions  []string // partition names, by index
 	windowKeys  []string // window keys within a partition, by index
 
@@ -48,10 +49,11 @@ type sluiceSystem struct {
 // net/http server (the server package's handler and http.Server
 // constructor, default timeouts) on a loopback listener in this process,
 // over the durable diskstore with its default fsync policy (always) in a
-// fresh temporary directory, called through the client package.
-func startSluice(steps, cmds int) func(context.Context, Options) (instance, error) {
+// fresh temporary directory, called through the client package, which
+// coalesces concurrent calls into envelopes unless coalesce is false.
+func startSluice(steps, cmds int, coalesce bool) func(context.Context, Options) (instance, error) {
 	return func(ctx context.Context, o Options) (instance, error) {
-		s := &sluiceSystem{steps: steps, cmds: cmds}
+		s := &sluiceSystem{steps: steps, cmds: cmds, coalesce: coalesce}
 		nParts := max(o.Keys/keysPerPartition, steps)
 		s.partitions = make([]string, nParts)
 		for i := range s.partitions {
@@ -113,7 +115,11 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	s.cl = client.New(client.Config{URL: "http://" + addr, Secret: secret, Pepper: pepper, HTTPVersion: o.HTTPVersion})
+	ccfg := client.Config{URL: "http://" + addr, Secret: secret, Pepper: pepper, HTTPVersion: o.HTTPVersion, Coalesce: o.Coalesce}
+	if !s.coalesce {
+		ccfg.Coalesce = client.CoalesceOff
+	}
+	s.cl = client.New(ccfg)
 	if err := s.cl.Err(); err != nil {
 		return err
 	}

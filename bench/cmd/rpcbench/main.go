@@ -35,6 +35,7 @@ func main() {
 		dir      = flag.String("dir", "", "parent of the durable store's temporary data directory (default the system temporary directory)")
 		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
+		coalesce = flag.Int("coalesce", 0, "RPCs Sluice's client has in flight before it coalesces calls into envelopes (client.Config.Coalesce; 0: the client's default)")
 		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
 	)
 	flag.Parse()
@@ -50,9 +51,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer)}
-	if err := (client.Config{HTTPVersion: opts.HTTPVersion, Off: true}).Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "rpcbench: -http:", err)
+	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer), Coalesce: *coalesce}
+	if err := (client.Config{HTTPVersion: opts.HTTPVersion, Coalesce: opts.Coalesce, Off: true}).Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "rpcbench: -http, -coalesce:", err)
 		os.Exit(2)
 	}
 	policy := diskstore.SyncPolicy(*fsync)

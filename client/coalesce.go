@@ -1,0 +1,248 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// coalescer gathers concurrent calls into envelopes (POST /v1/rpcs) by
+// natural batching, with no timer: while fewer than limit RPCs are in
+// flight, a call is sent at once, alone; a call made while limit are in
+// flight waits in the queue, and the next sender to finish takes up to an
+// envelope's worth of the queue. So an idle client adds no delay, and a
+// busy one sends fewer, larger requests, each costing the server one HTTP
+// exchange and, on a durable store, one group commit.
+type coalescer struct {
+	limit int
+	// single is set once the server is known to serve no envelopes: every
+	// call is then sent alone, as without a coalescer.
+	single atomic.Bool
+
+	mu       sync.Mutex
+	inFlight int        // RPCs and envelopes being sent
+	queue    []*pending // calls waiting for a sender, oldest first
+}
+
+// pending is a queued call. Its sender writes resp and err, then closes
+// done; a caller that gave up (its ctx ended) never reads them.
+type pending struct {
+	ctx  context.Context
+	body []byte // the encoded request, owned
+	resp engine.Response
+	err  error
+	done chan struct{}
+}
+
+// do sends body, the encoded request of one call, and decodes its answer
+// into out: at once while a sender is free, and otherwise with the calls
+// that queue alongside it. A caller whose ctx ends first returns an error
+// wrapping ErrUnavailable and its cause; its request may still be sent,
+// so its outcome is unknown.
+func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) error {
+	co := s.co
+	if co == nil || co.single.Load() {
+		return s.rpc(ctx, body, out)
+	}
+	co.mu.Lock()
+	if co.inFlight < co.limit {
+		co.inFlight++
+		co.mu.Unlock()
+		err := s.rpc(ctx, body, out)
+		s.release()
+		return err
+	}
+	p := &pending{ctx: ctx, body: body, done: make(chan struct{})}
+	co.queue = append(co.queue, p)
+	co.mu.Unlock()
+	select {
+	case <-p.done:
+		*out = p.resp
+		return p.err
+	case <-ctx.Done():
+		return unavailable(ctx.Err())
+	}
+}
+
+// release gives up a sender's place, or hands it to a new goroutine that
+// sends what has queued meanwhile, so the caller returns at once.
+func (s *shared) release() {
+	co := s.co
+	co.mu.Lock()
+	queued := len(co.queue) > 0
+	if !queued {
+		co.inFlight--
+	}
+	co.mu.Unlock()
+	if queued {
+		go s.drain()
+	}
+}
+
+// drain sends the queue, envelope after envelope, until it is empty, and
+// then gives up its sender's place.
+func (s *shared) drain() {
+	for {
+		batch := s.co.take()
+		if batch == nil {
+			return
+		}
+		s.send(batch)
+	}
+}
+
+// take removes the oldest queued calls that fit one envelope — at most
+// wire.MaxEnvelope, within wire.MaxEnvelopeBody — skipping those whose
+// callers gave up. When none is left it gives up the sender's place and
+// returns nil.
+func (co *coalescer) take() []*pending {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	var batch []*pending
+	size, i := 0, 0
+	for ; i < len(co.queue) && len(batch) < wire.MaxEnvelope; i++ {
+		p := co.queue[i]
+		if p.ctx.Err() != nil {
+			continue
+		}
+		if wire.EnvelopeSize(len(batch)+1, size+len(p.body)) > wire.MaxEnvelopeBody {
+			break
+		}
+		batch = append(batch, p)
+		size += len(p.body)
+	}
+	n := copy(co.queue, co.queue[i:])
+	clear(co.queue[n:])
+	co.queue = co.queue[:n]
+	if len(batch) == 0 {
+		co.inFlight--
+		return nil
+	}
+	return batch
+}
+
+// send sends a batch of queued calls and answers each: several as an
+// envelope, one alone as an RPC. Against a server without the envelope
+// endpoint it sends each alone, and so every call from then on.
+func (s *shared) send(batch []*pending) {
+	if len(batch) > 1 && !s.co.single.Load() {
+		answers, err := s.envelope(batch)
+		if err != errNoEnvelope {
+			for i, p := range batch {
+				p.err = err
+				if err == nil {
+					p.err = answerOf(&answers[i], &p.resp)
+				}
+				close(p.done)
+			}
+			return
+		}
+		// The server ran none of them: a 404 is answered before the
+		// body is read. Sending each alone is no retry.
+		s.co.single.Store(true)
+		s.log.Info("sluice server serves no envelopes: sending every call alone")
+	}
+	var wg sync.WaitGroup
+	for _, p := range batch {
+		wg.Go(func() {
+			p.err = s.rpc(p.ctx, p.body, &p.resp)
+			close(p.done)
+		})
+	}
+	wg.Wait()
+}
+
+// answerOf maps one answer of an envelope to what the call it answers
+// returns, as if it had been answered alone.
+func answerOf(a *wire.Answer, out *engine.Response) error {
+	switch {
+	case a.Status == http.StatusOK && a.Response != nil:
+		*out = *a.Response
+		return nil
+	case a.Status != http.StatusOK && a.Problem != nil:
+		return problemError(a.Status, *a.Problem)
+	}
+	return unavailable(fmt.Errorf("envelope answer of status %d without its response or problem", a.Status))
+}
+
+// errNoEnvelope reports a 404 to an envelope: the server predates them.
+var errNoEnvelope = fmt.Errorf("%w: the server serves no %s", ErrUnavailable, wire.PathRPCs)
+
+// envelope sends the requests of batch as one envelope and returns their
+// answers, one per request. The envelope serves several callers, so it is
+// bounded by the client's timeout rather than by any caller's context.
+func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
+	bodies := make([][]byte, len(batch))
+	for i, p := range batch {
+		bodies[i] = p.body
+	}
+	// The body is the transport's until it is done with it: not pooled.
+	body := wire.AppendEnvelope(nil, bodies...)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcsURL, bytes.NewReader(body))
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	s.sign(req, wire.PathRPCs, body)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	status, answer, err := s.roundTrip(req, (*buf)[:0])
+	*buf = answer[:0]
+	switch {
+	case err != nil:
+		return nil, err
+	case status == http.StatusNotFound:
+		return nil, errNoEnvelope
+	case status != http.StatusOK:
+		return nil, answerError(status, answer)
+	}
+	var resp wire.EnvelopeResponse
+	if err := wire.DecodeEnvelopeResponse(answer, &resp); err != nil {
+		return nil, unavailable(fmt.Errorf("undecodable envelope answer: %w", err))
+	}
+	if len(resp.Answers) != len(batch) {
+		return nil, unavailable(fmt.Errorf("envelope answer holds %d answers for %d requests", len(resp.Answers), len(batch)))
+	}
+	return resp.Answers, nil
+}
+
+// rpc sends body, one encoded request, as a signed RPC and decodes a
+// successful answer into out.
+func (s *shared) rpc(ctx context.Context, body []byte, out *engine.Response) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcURL, bytes.NewReader(body))
+	if err != nil {
+		return unavailable(err)
+	}
+	s.sign(req, wire.PathRPC, body)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	status, answer, err := s.roundTrip(req, (*buf)[:0])
+	*buf = answer[:0]
+	if err != nil {
+		return err
+	}
+	if status != http.StatusOK {
+		return answerError(status, answer)
+	}
+	if err := wire.DecodeResponse(answer, out); err != nil {
+		return unavailable(fmt.Errorf("undecodable answer: %w", err))
+	}
+	return nil
+}
+
+// sign sets the Content-Type and the signature headers of a POST of body
+// to path.
+func (s *shared) sign(req *http.Request, path string, body []byte) {
+	ts := s.now().Unix()
+	req.Header[headerContentType] = jsonContentType
+	req.Header[wire.HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
+	req.Header[wire.HeaderSignature] = []string{s.signer.Sign(ts, http.MethodPost, path, body)}
+}

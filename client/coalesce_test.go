@@ -1,0 +1,310 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testclock"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// inProcess is a client transport that serves each request with a real
+// Sluice server in the same goroutine, so that a synctest bubble sees every
+// goroutine involved. It holds the first RPC until gate is closed, counts
+// the requests of each endpoint, and can play a server without envelopes.
+type inProcess struct {
+	srv         http.Handler
+	gate        chan struct{}
+	held        atomic.Bool
+	rpcs, envs  atomic.Int64
+	noEnvelopes bool // answer envelopes 404 and ping without the feature
+}
+
+func newInProcess(t *testing.T) *inProcess {
+	t.Helper()
+	cfg := memstore.DefaultConfig()
+	cfg.Clock = testclock.At(start)
+	mem, err := memstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	scfg := server.DefaultConfig()
+	scfg.Secrets, scfg.OperatorToken = []string{testSecret}, testToken
+	return &inProcess{srv: server.New(engine.New(mem), scfg), gate: make(chan struct{})}
+}
+
+func (p *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	switch r.URL.Path {
+	case wire.PathRPC:
+		p.rpcs.Add(1)
+		if p.held.CompareAndSwap(false, true) {
+			<-p.gate
+		}
+	case wire.PathRPCs:
+		p.envs.Add(1)
+		if p.noEnvelopes {
+			rec.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(rec, `{"type":"about:blank","title":"Not Found","status":404,"code":"not_found","reason":"no such endpoint"}`)
+			return rec.Result(), nil
+		}
+	case wire.PathPing:
+		if p.noEnvelopes {
+			_, _ = io.WriteString(rec, `{"protocol":1,"version":"old"}`)
+			return rec.Result(), nil
+		}
+	}
+	p.srv.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+// client returns a client through p with one RPC in flight at most.
+func (p *inProcess) client(t *testing.T) *client.Client {
+	cfg := client.DefaultConfig()
+	cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
+	cfg.HTTPClient = &http.Client{Transport: p}
+	cfg.Coalesce = 1
+	c := client.New(cfg)
+	if err := c.Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// limitedHit is one hit on the one window all callers share.
+func limitedHit(limit int64) *engine.Batch {
+	w := engine.Window{Key: "shared", Kind: algo.KindFixed, Limit: limit, WindowMs: 60_000}
+	return &engine.Batch{Partition: "tenant", Commands: []engine.Command{engine.Hit(1, w)}}
+}
+
+// hitAll makes n concurrent calls of one hit each on a window of limit
+// and returns each caller's result and error.
+func hitAll(ctx context.Context, c *client.Client, n int, limit int64) ([]engine.StepResult, []error) {
+	results, errs := make([]engine.StepResult, n), make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = c.Apply(ctx, limitedHit(limit), &results[i]) })
+	}
+	wg.Wait()
+	return results, errs
+}
+
+// checkShared checks that exactly limit callers were admitted, each with a
+// remaining count of its own: every charge answered exactly once.
+func checkShared(t *testing.T, results []engine.StepResult, errs []error, limit int64) {
+	t.Helper()
+	var remaining []int64
+	for i := range results {
+		if errs[i] != nil {
+			t.Fatalf("caller %d: %v", i, errs[i])
+		}
+		if r := results[i].Results; len(r) == 1 && r[0].Allowed {
+			remaining = append(remaining, r[0].Remaining)
+		}
+	}
+	slices.Sort(remaining)
+	if int64(len(remaining)) != limit {
+		t.Fatalf("%d callers admitted, want exactly %d", len(remaining), limit)
+	}
+	for i, r := range remaining {
+		if r != int64(i) {
+			t.Fatalf("remaining counts of the admitted %v, want each of 0…%d once", remaining, limit-1)
+		}
+	}
+}
+
+// TestCoalescedCallersShareALimit holds the one RPC in flight until 255
+// more callers wait, then lets it go: they are sent in envelopes of at
+// most wire.MaxEnvelope, exactly the limit is admitted, and every caller
+// gets an answer of its own.
+func TestCoalescedCallersShareALimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		c := p.client(t)
+		const callers, limit = 256, 100
+		var results []engine.StepResult
+		var errs []error
+		done := make(chan struct{})
+		go func() {
+			results, errs = hitAll(t.Context(), c, callers, limit)
+			close(done)
+		}()
+		synctest.Wait() // one RPC held, every other caller queued
+		if p.rpcs.Load() != 1 || p.envs.Load() != 0 {
+			t.Fatalf("while one RPC is held: %d RPCs and %d envelopes sent, want 1 and 0", p.rpcs.Load(), p.envs.Load())
+		}
+		close(p.gate)
+		<-done
+		checkShared(t, results, errs, limit)
+		envelopes := (callers - 1 + wire.MaxEnvelope - 1) / wire.MaxEnvelope
+		if p.rpcs.Load() != 1 || p.envs.Load() != int64(envelopes) {
+			t.Errorf("%d RPCs and %d envelopes for %d calls, want 1 and %d", p.rpcs.Load(), p.envs.Load(), callers, envelopes)
+		}
+	})
+}
+
+// TestCoalescedCallerCancelled cancels one queued caller: it returns at
+// once with ErrUnavailable, its request is never sent, and the others are
+// answered as usual. Two of them share an operation id with different
+// commands: the envelope runs them concurrently, in no order, so one runs
+// and the other is engine.ErrOperationConflict.
+func TestCoalescedCallerCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		c := p.client(t)
+		eng := engine.New(c)
+		incr := func(key string) *engine.Request {
+			return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Incr(key, 1, 60_000)}}}}
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = eng.Do(t.Context(), incr("first")) })
+		synctest.Wait()
+
+		ctx, cancel := context.WithCancel(t.Context())
+		var cancelledErr error
+		wg.Go(func() { _, cancelledErr = eng.Do(ctx, incr("cancelled")) })
+		reused := incr("n")
+		reused.OperationID = engine.NewOperationID()
+		conflict := incr("other")
+		conflict.OperationID = reused.OperationID
+		resps, errs := make([]*engine.Response, 2), make([]error, 2)
+		for i, r := range []*engine.Request{reused, conflict} {
+			wg.Go(func() { resps[i], errs[i] = eng.Do(t.Context(), r) })
+		}
+		synctest.Wait()
+		cancel()
+		synctest.Wait()
+		if !errors.Is(cancelledErr, client.ErrUnavailable) || !errors.Is(cancelledErr, context.Canceled) {
+			t.Fatalf("the cancelled caller, while the RPC is held: %v, want ErrUnavailable wrapping context.Canceled", cancelledErr)
+		}
+		close(p.gate)
+		wg.Wait()
+		ran := 0
+		if errs[1] == nil {
+			ran = 1
+		}
+		if err := errs[ran]; err != nil || resps[ran].Steps[0].Results[0].Int != 1 {
+			t.Errorf("the queued caller that ran: %+v, %v", resps[ran], err)
+		}
+		if err := errs[1-ran]; !errors.Is(err, engine.ErrOperationConflict) {
+			t.Errorf("the other with its operation id: %v, want ErrOperationConflict", err)
+		}
+		resp, err := eng.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("cancelled")}}}})
+		if err != nil || resp.Steps[0].Results[0].Found {
+			t.Errorf("the cancelled caller's key: %+v, %v; want never written", resp, err)
+		}
+		if p.envs.Load() != 1 {
+			t.Errorf("%d envelopes, want the 2 remaining queued calls in 1", p.envs.Load())
+		}
+	})
+}
+
+// TestCoalescingFallsBack plays a server without envelopes: its 404 sends
+// the envelope's calls alone, answered as usual, and the client sends
+// every later call alone; a ping without the feature does the same.
+func TestCoalescingFallsBack(t *testing.T) {
+	for _, ping := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			p := newInProcess(t)
+			p.noEnvelopes = true
+			c := p.client(t)
+			if ping {
+				if _, err := c.Ping(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const callers, limit = 20, 15
+			var results []engine.StepResult
+			var errs []error
+			done := make(chan struct{})
+			go func() {
+				results, errs = hitAll(t.Context(), c, callers, limit)
+				close(done)
+			}()
+			synctest.Wait()
+			close(p.gate)
+			<-done
+			checkShared(t, results, errs, limit)
+			wantEnvs := int64(1)
+			if ping {
+				wantEnvs = 0
+			}
+			if p.envs.Load() != wantEnvs || p.rpcs.Load() != callers {
+				t.Fatalf("ping %v: %d envelopes and %d RPCs for %d calls, want %d and %d", ping, p.envs.Load(), p.rpcs.Load(), callers, wantEnvs, callers)
+			}
+			// Later calls go alone at once: no envelope, nobody queued
+			// behind a held RPC.
+			p.held.Store(false)
+			p.gate = make(chan struct{})
+			done = make(chan struct{})
+			go func() {
+				results, errs = hitAll(t.Context(), c, callers, 2*callers)
+				close(done)
+			}()
+			synctest.Wait()
+			if got := p.rpcs.Load(); got != 2*callers {
+				t.Errorf("ping %v: %d RPCs under way after the fallback, want all %d calls sent at once", ping, got-callers, callers)
+			}
+			close(p.gate)
+			<-done
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("caller %d after the fallback: %v", i, err)
+				}
+			}
+			if p.envs.Load() != wantEnvs {
+				t.Errorf("ping %v: an envelope was sent after the fallback", ping)
+			}
+		})
+	}
+}
+
+// TestCoalescingOverLoopback makes many concurrent calls through a real
+// server and the default client: exactly the limit is admitted, every
+// caller answered once, in fewer HTTP requests than calls.
+func TestCoalescingOverLoopback(t *testing.T) {
+	h := newHarness(t)
+	var envelopes atomic.Int64
+	h.before = func(w http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == wire.PathRPCs {
+			envelopes.Add(1)
+		}
+		return false
+	}
+	cfg := h.config()
+	cfg.Timeout = client.MaxTimeout // a failure bound on a loaded machine
+	c := client.New(cfg)
+	defer c.Close()
+	const callers, limit = 256, 100
+	for round := range 3 {
+		w := limitedHit(limit)
+		w.Commands[0].Windows[0].Key += strings.Repeat("x", round)
+		results, errs := make([]engine.StepResult, callers), make([]error, callers)
+		var wg sync.WaitGroup
+		for i := range callers {
+			wg.Go(func() { errs[i] = c.Apply(t.Context(), w, &results[i]) })
+		}
+		wg.Wait()
+		checkShared(t, results, errs, limit)
+	}
+	if sent := h.rpcs.Load() + envelopes.Load(); sent >= 3*callers {
+		t.Errorf("%d HTTP requests for %d calls: nothing was coalesced", sent, 3*callers)
+	}
+	t.Logf("%d RPCs and %d envelopes for %d calls", h.rpcs.Load(), envelopes.Load(), 3*callers)
+}
