@@ -1,7 +1,7 @@
 /*
 Package client is the Go client of a Sluice server: a store reached over the
-signed RPC (POST /v1/rpc), with the fail modes and per-process shortcuts a
-fleet of callers needs around it.
+signed RPC (POST /v1/rpc, and POST /v1/rpcs for several at once), with the
+fail modes and per-process shortcuts a fleet of callers needs around it.
 
 # A store like any other
 
@@ -38,6 +38,8 @@ A [Config] comes from a struct ([DefaultConfig]) or from the environment
 	                   "2" for HTTP/2 with prior knowledge (h2c) on plain
 	                   http, "1.1" for HTTP/1.1 everywhere; unset: HTTP/1.1
 	                   on plain http, HTTP/2 over https where offered
+	SLUICE_COALESCE    the RPCs in flight before concurrent calls are
+	                   coalesced into envelopes (default 4), or "off"
 
 The default HTTP version is the cheaper one for each: on plain http
 (loopback), HTTP/1.1 over pooled keep-alive connections costs less CPU per
@@ -50,6 +52,28 @@ secret or pepper, a malformed variable — never falls back to anything: [New]
 returns a client that is off, whose every call fails with [ErrUnavailable]
 and the reasons ([Client.Err] reports them, [Config.Validate] lists them),
 so each caller applies its fail mode and the problem is loud.
+
+# Concurrent calls travel together
+
+A client used by many goroutines at once coalesces their calls, by natural
+batching and without any timer. While fewer than [Config.Coalesce] RPCs
+(default [DefaultCoalesce]) are in flight, a call is sent at once, on its
+own. A call made while that many are in flight waits; the next RPC to
+finish takes every call waiting then — up to 32, within the envelope's
+48 KiB — and sends them as one envelope (POST /v1/rpcs). The server runs
+each request of an envelope exactly as if it had come alone — its own
+operation id, family, identities, admission — and answers each on its own,
+so every caller gets its own result or error, as it would have alone. An
+idle client adds no delay; a busy one spends about half the CPU per call,
+on both sides, and shares the durable store's fsyncs among more calls.
+
+Nothing orders the requests of one envelope. A caller whose context ends
+while it waits returns at once with [ErrUnavailable]; its request may
+still be sent, and a retry with the same operation id is replay-safe, as
+after any unknown outcome. [CoalesceOff] (SLUICE_COALESCE=off) sends every
+call alone. Against a server without envelopes — its 404 to the first one,
+which it answers without running anything, or a [Client.Ping] without the
+feature — the client sends every call alone from then on.
 
 # Raw identifiers never leave the process
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
@@ -203,4 +205,37 @@ func ExampleConfigFromEnv() {
 	// config: signing secret is 5 characters (minimum 32)
 	// off: true
 	// proxy assigned: true
+}
+
+// Concurrent callers share one Client: while Config.Coalesce RPCs are in
+// flight, the calls made meanwhile travel together in envelopes, each
+// still answered on its own. Here 100 goroutines share a limit of 40.
+func ExampleConfig_coalesce() {
+	srv, cfg := startServer()
+	defer srv.Close()
+
+	cfg.Coalesce = 2 // at most 2 RPCs in flight; client.CoalesceOff sends every call alone
+	c := client.New(cfg)
+	defer c.Close()
+	eng := engine.New(c)
+
+	perHour := engine.Window{Key: "per-hour", Kind: algo.KindFixed, Limit: 40, WindowMs: 3_600_000}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for range 100 {
+		wg.Go(func() {
+			var out engine.StepResult
+			if err := eng.Apply(context.Background(), "tenant:acme", &out, engine.Hit(1, perHour)); err != nil {
+				fmt.Println("apply your fail mode:", err)
+				return
+			}
+			if out.Results[0].Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Println("allowed:", allowed.Load())
+	// Output:
+	// allowed: 40
 }
