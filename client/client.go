@@ -47,18 +47,17 @@ type Client struct {
 
 // shared is the state every view of a Client holds in common.
 type shared struct {
-	rpcURL, rpcsURL string
-	pingURL         string
-	// co gathers concurrent calls into envelopes; nil when off.
-	co        *coalescer
-	signer    *wire.Signer
-	pepper    []byte
-	timeout   time.Duration
-	http      *http.Client
-	transport *http.Transport // ours to close; nil for a caller's HTTPClient
-	now       func() time.Time
-	log       *slog.Logger
-	families  []string
+	rpcURL, pingURL string
+	signer          *wire.Signer
+	pepper          []byte
+	timeout         time.Duration
+	http            *http.Client
+	transport       *http.Transport // ours to close; nil for a caller's HTTPClient
+	now             func() time.Time
+	log             *slog.Logger
+	families        []string
+	rpcsURL         string     // the envelope endpoint
+	co              *coalescer // gathers concurrent calls into envelopes; nil when off
 	// off is the error every call answers when the client is off, or nil.
 	off    error
 	closed atomic.Bool
