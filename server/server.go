@@ -131,17 +131,17 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 	writeOK(w, *buf)
 }
 
-// readSigned reads the body of a signed request into buf, bounded by max,
+// readSigned reads the body of a signed request into buf, bounded by bound,
 // and verifies its signature. When either fails, or the server is
 // misconfigured, it answers w and reports false. Nothing before the
 // signature check looks into the body.
-func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, max int, buf *[]byte) ([]byte, bool) {
+func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, buf *[]byte) ([]byte, bool) {
 	if s.misconfigured != "" {
 		writeProblem(w, wire.CodeUnavailable, s.misconfigured)
 		return nil, false
 	}
-	if r.ContentLength > int64(max) {
-		writeTooLarge(w, r, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, max))
+	if r.ContentLength > int64(bound) {
+		writeTooLarge(w, r, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, bound))
 		return nil, false
 	}
 	ts, sig := r.Header.Get(wire.HeaderTimestamp), r.Header.Get(wire.HeaderSignature)
@@ -149,10 +149,10 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, max int, buf
 		writeProblem(w, wire.CodeUnauthorized, wire.ErrMissingSignature.Error())
 		return nil, false
 	}
-	body, err := wire.AppendBody((*buf)[:0], r.Body, max)
+	body, err := wire.AppendBody((*buf)[:0], r.Body, bound)
 	*buf = body[:0]
 	if errors.Is(err, wire.ErrBodyTooLarge) {
-		writeTooLarge(w, r, fmt.Sprintf("body over the %d-byte bound", max))
+		writeTooLarge(w, r, fmt.Sprintf("body over the %d-byte bound", bound))
 		return nil, false
 	}
 	if err != nil {
