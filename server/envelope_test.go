@@ -103,23 +103,36 @@ func TestEnvelopeSignature(t *testing.T) {
 	}
 }
 
-// TestEnvelopeReadsAtMostTheBoundPlusOne sends an endless chunked body:
-// 413, after reading at most wire.MaxEnvelopeBody+1 bytes.
+// TestEnvelopeReadsAtMostTheBoundPlusOne sends 100 MB envelopes, chunked
+// or declared: 413, after reading at most wire.MaxEnvelopeBody+1 bytes of
+// the chunked one and none of the declared one.
 func TestEnvelopeReadsAtMostTheBoundPlusOne(t *testing.T) {
 	s := newBoundServer(t)
-	body := &countingBody{left: hugeBody}
-	req := signedEnvelope(nil, nil, wire.PathRPCs)
-	req.Body, req.ContentLength = body, -1
-	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, req)
-	if rec.Code != http.StatusRequestEntityTooLarge || code(t, rec) != wire.CodeTooLarge {
-		t.Fatalf("status %d, want 413; body %s", rec.Code, rec.Body)
-	}
-	if got := body.read.Load(); got > wire.MaxEnvelopeBody+1 {
-		t.Errorf("the handler read %d bytes of the body, want at most %d", got, wire.MaxEnvelopeBody+1)
-	}
-	if got := rec.Header().Get("Connection"); got != "close" {
-		t.Errorf("Connection %q, want close", got)
+	for _, tc := range []struct {
+		name          string
+		contentLength int64
+		maxRead       int64
+	}{
+		{"chunked", -1, wire.MaxEnvelopeBody + 1},
+		{"lying content-length", 100, wire.MaxEnvelopeBody + 1},
+		{"honest content-length", hugeBody, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &countingBody{left: hugeBody}
+			req := signedEnvelope(nil, nil, wire.PathRPCs)
+			req.Body, req.ContentLength = body, tc.contentLength
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, req)
+			if rec.Code != http.StatusRequestEntityTooLarge || code(t, rec) != wire.CodeTooLarge {
+				t.Fatalf("status %d, want 413; body %s", rec.Code, rec.Body)
+			}
+			if got := body.read.Load(); got > tc.maxRead {
+				t.Errorf("the handler read %d bytes of the body, want at most %d", got, tc.maxRead)
+			}
+			if got := rec.Header().Get("Connection"); got != "close" {
+				t.Errorf("Connection %q, want close", got)
+			}
+		})
 	}
 }
 
