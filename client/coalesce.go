@@ -112,7 +112,7 @@ func (co *coalescer) take() []*pending {
 		if p.ctx.Err() != nil {
 			continue
 		}
-		if wire.EnvelopeSize(len(batch)+1, size+len(p.body)) > wire.MaxEnvelopeBody {
+		if len(batch) > 0 && wire.EnvelopeSize(len(batch)+1, size+len(p.body)) > wire.MaxEnvelopeBody {
 			break
 		}
 		batch = append(batch, p)

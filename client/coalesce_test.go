@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -307,4 +308,43 @@ func TestCoalescingOverLoopback(t *testing.T) {
 		t.Errorf("%d HTTP requests for %d calls: nothing was coalesced", sent, 3*callers)
 	}
 	t.Logf("%d RPCs and %d envelopes for %d calls", h.rpcs.Load(), envelopes.Load(), 3*callers)
+}
+
+// TestCoalescingSplitsAtTheBodyBound queues calls of some 10 KiB each: no
+// envelope is built over wire.MaxEnvelopeBody (the server would refuse
+// it), so 10 of them travel in 3 envelopes of 4, 4 and 2.
+func TestCoalescingSplitsAtTheBodyBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		c := p.client(t)
+		eng := engine.New(c)
+		value := strings.Repeat("v", 2000)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _ = eng.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}})
+		})
+		synctest.Wait()
+		const callers = 10
+		errs := make([]error, callers)
+		for i := range callers {
+			wg.Go(func() {
+				var cmds []engine.Command
+				for j := range 5 {
+					cmds = append(cmds, engine.Set(strconv.Itoa(i*5+j), value, 60_000))
+				}
+				_, errs[i] = eng.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: cmds}}})
+			})
+		}
+		synctest.Wait()
+		close(p.gate)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("caller %d: %v", i, err)
+			}
+		}
+		if p.envs.Load() != 3 {
+			t.Errorf("%d envelopes for %d calls of 10 KiB, want 3 (4, 4 and 2 within %d bytes)", p.envs.Load(), callers, wire.MaxEnvelopeBody)
+		}
+	})
 }
