@@ -125,7 +125,8 @@ type Config struct {
 	// finish sends the calls waiting then, up to wire.MaxEnvelope, as one
 	// envelope (POST /v1/rpcs), the server answering each as if it had
 	// come alone. No timer is involved: an idle client adds no delay, and
-	// a busy one spends less CPU per call on both sides. Zero means
+	// a busy one spends less CPU per call on both sides. Timeout bounds a
+	// call's wait and its envelope together. Zero means
 	// DefaultCoalesce; CoalesceOff sends every call at once, alone. A
 	// server without envelopes (older than the feature) is detected by
 	// its 404 or by Ping, and every call is then sent alone.
