@@ -3,6 +3,7 @@ package httplimit
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -70,8 +71,7 @@ func TestNames(t *testing.T) {
 	if p, _, _ := n.get(again); p != "p:other" {
 		t.Fatalf("get after a second add = %q", p)
 	}
-	sh, s, tag := n.set(h)
-	_ = sh
+	_, s, tag := n.set(h)
 	copies := 0
 	for w := range namesWays {
 		if s.tags[w] == tag && strings.HasPrefix(s.both[w], string(again)+"p:") {
@@ -90,4 +90,28 @@ func TestNames(t *testing.T) {
 	if _, _, ok := n.get(long); ok {
 		t.Fatal("a key over maxNamedKey was remembered")
 	}
+}
+
+// Concurrent lookups and insertions of overlapping keys never answer one
+// key with another's name.
+func TestNamesConcurrent(t *testing.T) {
+	n := newNames()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 20_000 {
+				k := []byte("10.1." + strconv.Itoa((i*(g+1))%6000))
+				want := "p:" + string(k)
+				p, h, ok := n.get(k)
+				if !ok {
+					p = n.add(k, h, []byte(want))
+				}
+				if p != want {
+					t.Errorf("name of %s = %q, want %q", k, p, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
