@@ -35,10 +35,15 @@ func refCanonical(a netip.Addr, bits int) string {
 }
 
 // unspecified reports whether a is 0.0.0.0 or ::, whatever its zone and
-// however it is written: every byte of it zero, as no peer's address is.
+// however it is written: every byte of the address it carries is zero, as
+// no peer's is.
 func unspecified(a netip.Addr) bool {
-	for _, b := range a.AsSlice() {
-		if b != 0 && !(a.Is4In6() && b == 0xff) {
+	b := a.AsSlice()
+	if a.Is4In6() {
+		b = b[12:]
+	}
+	for _, x := range b {
+		if x != 0 {
 			return false
 		}
 	}
@@ -96,7 +101,7 @@ func FuzzCanonical(f *testing.F) {
 		"::FFFF:C000:0201", "::ffff:192.0.2.1%eth0", "::192.0.2.1", "64:ff9b::192.0.2.1",
 		"2001:db8:1:2:3:4:5:6", "2001:0DB8:0001:0002:0000:0000:0000:ABCD", "::", "::1",
 		"fe80::1%eth0", "fe80::1%ETH0", "fe80::1%a/b", "fe80::1%a%b", "ff02::1%1",
-		"010.0.0.1", "1.2.3.4%x", "2001:db8::/64", "",
+		"010.0.0.1", "1.2.3.4%x", "2001:db8::/64", "", "::ffff:255.0.0.0", "::ffff:0.0.0.0%x",
 	} {
 		for _, bits := range []uint8{5, 5 + 64, 5 + 128, 0, 139} {
 			f.Add(s, bits)
@@ -225,6 +230,7 @@ func FuzzResolve(f *testing.F) {
 		{"10.0.0.1:4000", "0.0.0.0"},
 		{"10.0.0.1:4000", "::, 10.0.0.2"},
 		{"10.0.0.1:4000", "[::ffff:0.0.0.0]:1, 203.0.113.7"},
+		{"[::ffff:255.0.0.0]:1", ""},
 	}
 	for _, s := range seeds {
 		for mode := range uint8(4) {

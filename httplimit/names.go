@@ -18,13 +18,12 @@ import (
 // key itself, and neither a lookup nor an insertion touches a map, so a
 // client not seen recently (a miss, then an insertion) costs a few reads of
 // one set and the allocation of its name. A new name replaces the least
-// recently used of its set. Names in use therefore stay (a name read once
-// in a while is lost only if namesWays new clients land in its set in
-// between: at 4,096 slots, some thousands of new clients), and memory never
-// grows: at most
-// namesShards·namesSets·namesWays keys of at most maxNamedKey bytes are
-// held. It holds raw client keys, as the request does, in this process's
-// memory only; they never reach the store.
+// recently used of its set. Names in use therefore stay (a name is lost
+// only if namesWays new clients land in its set between two of its uses:
+// at 4,096 slots, some thousands of new clients), and memory never grows:
+// at most namesShards·namesSets·namesWays keys of at most maxNamedKey
+// bytes are held. It holds raw client keys, as the request does, in this
+// process's memory only; they never reach the store.
 type names struct {
 	seed   maphash.Seed
 	shards [namesShards]namesShard
@@ -44,7 +43,7 @@ type namesShard struct {
 	mu   sync.Mutex
 	tick uint32 // counts the shard's uses; stamps slots
 	sets [namesSets]namesSet
-	_    [56]byte // keep neighbouring shards' locks off one cache line
+	_    [56]byte // keep the next shard's lock off this one's last set
 }
 
 // namesSet is one set of slots. A slot holds its key followed by the key's
