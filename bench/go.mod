@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/sluicehq/sluice => ../
 
 require (
+	github.com/dchest/siphash v1.2.3
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/gubernator-io/gubernator/v2 v2.13.0

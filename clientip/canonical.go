@@ -5,8 +5,9 @@ import (
 	"strconv"
 )
 
-// Unknown is the bucket of every request whose client address is unknown
-// because its socket peer is missing or does not parse. Such requests share
+// Unknown is the bucket of every request whose client address is unknown:
+// its socket peer is missing or does not parse, or the address resolved is
+// unspecified (0.0.0.0, ::), which no real peer has. Such requests share
 // it, so that together they draw one quota rather than none.
 const Unknown = "unknown"
 
@@ -17,12 +18,13 @@ const Unknown = "unknown"
 //   - an IPv6 address is its prefix of ipv6Prefix bits in canonical form
 //     ("2001:db8:1:2::/64"), with its zone kept in the form of RFC 4007
 //     ("fe80::%eth0/64");
-//   - the zero Addr is Unknown.
+//   - the zero Addr and an unspecified address (0.0.0.0, ::, or either
+//     mapped or with a zone), which cannot be a client's, are Unknown.
 //
 // An ipv6Prefix outside 0…128 is clamped into it. Equal addresses give equal
 // buckets however they were written. A bucket names exactly one IPv4
 // address, or one IPv6 prefix within one zone, so different buckets never
-// collide, and a valid address never falls into Unknown.
+// collide, and no other address falls into Unknown.
 func Canonical(addr netip.Addr, ipv6Prefix int) string {
 	// One allocation, for the result: the bucket is built in a buffer on
 	// the stack (the longest, a zoned IPv6 prefix, fits unless its zone is
@@ -34,12 +36,12 @@ func Canonical(addr netip.Addr, ipv6Prefix int) string {
 // AppendCanonical appends the bucket of addr, as Canonical returns it, to
 // dst and returns the extended buffer. It allocates only to grow dst.
 func AppendCanonical(dst []byte, addr netip.Addr, ipv6Prefix int) []byte {
-	if !addr.IsValid() {
-		return append(dst, Unknown...)
-	}
 	// Unmapping first keeps every mapped IPv4 client in its own bucket
 	// rather than masking it into an IPv6 prefix shared with others.
 	addr = addr.Unmap()
+	if !knowable(addr) {
+		return append(dst, Unknown...)
+	}
 	if addr.Is4() {
 		return addr.AppendTo(dst)
 	}
@@ -55,4 +57,11 @@ func AppendCanonical(dst []byte, addr netip.Addr, ipv6Prefix int) []byte {
 	}
 	dst = append(dst, '/')
 	return strconv.AppendInt(dst, int64(bits), 10)
+}
+
+// knowable reports whether addr can be a client's address: valid and not
+// unspecified, whatever its zone. client.SourceBucket draws the same line
+// for the fairness buckets of the server's admission.
+func knowable(addr netip.Addr) bool {
+	return addr.IsValid() && !addr.WithZone("").Unmap().IsUnspecified()
 }

@@ -17,12 +17,16 @@ http.Request.RemoteAddr, which net/http fills in from the connection
 Nothing the client sends can change it, so this is the right choice for a
 service that clients reach directly.
 
-A request whose RemoteAddr is empty or does not parse has no known client:
+A request whose RemoteAddr is empty, does not parse or is an unspecified
+address (0.0.0.0, ::, which no real peer has) has no known client:
 [Resolver.Addr] reports false and [Resolver.Key] returns [Unknown], a bucket
 every such request shares, so that they share one quota rather than escape
 it. The first such request logs a warning through [Config.Logger], once per
 Resolver; it usually means that a host mounting the handler does not pass
-the peer address on. The warning never includes the offending value.
+the peer address on. The warning never includes the offending value. The
+same holds when a trusted proxy forwards an unspecified address as the
+client (below). This is the line client.SourceBucket draws for the
+fairness buckets of a Sluice server's admission.
 
 # Trusted proxies
 
@@ -66,6 +70,8 @@ trusted proxy that forwards nothing is itself the client.
 
 [Resolver.Key] and [Canonical] map an address to a bucket:
 
+  - An unspecified address (0.0.0.0, ::, mapped or with a zone) is
+    [Unknown], shared with requests that have no peer at all.
   - An IPv4 address is its own bucket, in dotted form ("192.0.2.1"),
     whatever the IPv6 prefix length.
   - An IPv4-mapped IPv6 address (::ffff:0:0/96, as written by dual-stack

@@ -13,7 +13,7 @@ import (
 // refCanonical is the straightforward reading of the bucket rules, built
 // on other net/netip calls than Canonical's.
 func refCanonical(a netip.Addr, bits int) string {
-	if !a.IsValid() {
+	if !a.IsValid() || unspecified(a) {
 		return clientip.Unknown
 	}
 	if a.Is4In6() {
@@ -34,11 +34,34 @@ func refCanonical(a netip.Addr, bits int) string {
 	return s + "/" + strconv.Itoa(bits)
 }
 
-// checkKey fails t unless key is a well-formed bucket of addr for bits: the
-// dotted address of an IPv4 client, or a masked canonical IPv6 prefix that
-// holds addr and keeps its zone.
+// unspecified reports whether a is 0.0.0.0 or ::, whatever its zone and
+// however it is written: every byte of the address it carries is zero, as
+// no peer's is.
+func unspecified(a netip.Addr) bool {
+	b := a.AsSlice()
+	if a.Is4In6() {
+		b = b[12:]
+	}
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return a.IsValid()
+}
+
+// checkKey fails t unless key is a well-formed bucket of addr for bits:
+// Unknown for an unspecified address, else the dotted address of an IPv4
+// client, or a masked canonical IPv6 prefix that holds addr and keeps its
+// zone.
 func checkKey(t *testing.T, key string, addr netip.Addr, bits int) {
 	t.Helper()
+	if unspecified(addr) != (key == clientip.Unknown) {
+		t.Fatalf("key %q of %v: only an unspecified address is unknown", key, addr)
+	}
+	if key == clientip.Unknown {
+		return
+	}
 	addr = addr.Unmap()
 	if addr.Is4() {
 		if k, err := netip.ParseAddr(key); err != nil || k != addr || k.String() != key {
@@ -61,7 +84,9 @@ func checkKey(t *testing.T, key string, addr netip.Addr, bits int) {
 	if p.Masked() != p || !p.Contains(addr.WithZone("")) {
 		t.Fatalf("key %q is not a masked prefix holding %v", key, addr)
 	}
-	if again := clientip.Canonical(k, bits); again != key {
+	// The prefix's first address names the same bucket, unless it is the
+	// unspecified address (::/64 holds ::1, but :: is no client's).
+	if again := clientip.Canonical(k, bits); again != key && !unspecified(k) {
 		t.Fatalf("Canonical(%v) = %q, but its key %q gives %q", addr, key, k, again)
 	}
 }
@@ -76,7 +101,7 @@ func FuzzCanonical(f *testing.F) {
 		"::FFFF:C000:0201", "::ffff:192.0.2.1%eth0", "::192.0.2.1", "64:ff9b::192.0.2.1",
 		"2001:db8:1:2:3:4:5:6", "2001:0DB8:0001:0002:0000:0000:0000:ABCD", "::", "::1",
 		"fe80::1%eth0", "fe80::1%ETH0", "fe80::1%a/b", "fe80::1%a%b", "ff02::1%1",
-		"010.0.0.1", "1.2.3.4%x", "2001:db8::/64", "",
+		"010.0.0.1", "1.2.3.4%x", "2001:db8::/64", "", "::ffff:255.0.0.0", "::ffff:0.0.0.0%x",
 	} {
 		for _, bits := range []uint8{5, 5 + 64, 5 + 128, 0, 139} {
 			f.Add(s, bits)
@@ -131,7 +156,7 @@ func refHop(s string) (netip.Addr, bool) {
 // the lines, check the bounds, split, parse every element, walk.
 func refResolve(remote string, lines []string, trust func(netip.Addr) bool, bits int) string {
 	peer, ok := refHop(remote)
-	if !ok {
+	if !ok || unspecified(peer) {
 		return clientip.Unknown
 	}
 	socket := refCanonical(peer, bits)
@@ -200,6 +225,12 @@ func FuzzResolve(f *testing.F) {
 		{"", "203.0.113.7"},
 		{"@", ""},
 		{"[2001:db8::1]", "[203.0.113.7]:80"},
+		{"0.0.0.0:80", ""},
+		{"[::]:443", "203.0.113.7"},
+		{"10.0.0.1:4000", "0.0.0.0"},
+		{"10.0.0.1:4000", "::, 10.0.0.2"},
+		{"10.0.0.1:4000", "[::ffff:0.0.0.0]:1, 203.0.113.7"},
+		{"[::ffff:255.0.0.0]:1", ""},
 	}
 	for _, s := range seeds {
 		for mode := range uint8(4) {
@@ -232,12 +263,21 @@ func FuzzResolve(f *testing.F) {
 		if app := r.AppendKey([]byte("x:"), req); string(app) != "x:"+got {
 			t.Fatalf("AppendKey(x:, %q, XFF %q) = %q, Key %q", remote, lines, app, got)
 		}
+		// The key is Unknown exactly when the client is: the socket is
+		// missing, malformed or unspecified, or the client the walk reached
+		// is unspecified.
 		addr, ok := r.Addr(req)
 		if !ok {
 			if got != clientip.Unknown || addr.IsValid() {
 				t.Fatalf("Addr = %v, false but Key = %q", addr, got)
 			}
+			if peer, ok := refHop(remote); ok && !unspecified(peer) && !inHeaderUnspecified(lines) {
+				t.Fatalf("Key(%q, XFF %q) = unknown, yet the socket and every hop are usable", remote, lines)
+			}
 			return
+		}
+		if got == clientip.Unknown {
+			t.Fatalf("Addr = %v, true but Key = %q", addr, got)
 		}
 		if got != clientip.Canonical(addr, bits) {
 			t.Fatalf("Key = %q but Addr = %v, whose bucket is %q", got, addr, clientip.Canonical(addr, bits))
@@ -254,6 +294,19 @@ func FuzzResolve(f *testing.F) {
 			t.Fatalf("Key %q is neither the socket's %q nor from XFF %q", got, socket, lines)
 		}
 	})
+}
+
+// inHeaderUnspecified reports whether an unspecified address is one of the
+// hops written in lines.
+func inHeaderUnspecified(lines []string) bool {
+	for _, line := range lines {
+		for e := range strings.SplitSeq(line, ",") {
+			if a, ok := refHop(strings.Trim(e, " \t")); ok && unspecified(a) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // inHeader reports whether addr is one of the hops written in lines.

@@ -16,7 +16,7 @@ type Resolver struct {
 	prefix int
 	header string // in canonical form, to index http.Header directly
 	logger *slog.Logger
-	warned atomic.Bool // the missing-peer warning has been logged
+	warned atomic.Bool // the unknown-client warning has been logged
 }
 
 // New returns a Resolver for cfg, or an error wrapping ErrInvalidConfig if
@@ -37,13 +37,15 @@ func New(cfg Config) (*Resolver, error) {
 	}, nil
 }
 
-// Addr returns the resolved client address, and false when it is unknown
-// because the socket peer is missing. The address carries no port, an
-// IPv4-mapped IPv6 address is returned in IPv4 form, and a zone is kept.
+// Addr returns the resolved client address, and false when it is unknown:
+// the socket peer is missing, does not parse or is unspecified, or the
+// client the forwarding header names is unspecified. The address carries
+// no port, an IPv4-mapped IPv6 address is returned in IPv4 form, and a
+// zone is kept.
 func (r *Resolver) Addr(req *http.Request) (netip.Addr, bool) {
 	peer, ok := parseHop(req.RemoteAddr)
-	if !ok {
-		r.warnMissingPeer(req)
+	if !ok || !knowable(peer) {
+		r.warnUnknown(req)
 		return netip.Addr{}, false
 	}
 	if r.trust == nil || !r.trust(peer) {
@@ -57,12 +59,15 @@ func (r *Resolver) Addr(req *http.Request) (netip.Addr, bool) {
 	}
 	// From the nearest hop; the leftmost is the client whether it is
 	// trusted or not, so it needs no decision.
-	for i := n - 1; i > 0; i-- {
-		if !r.trust(hops[i]) {
-			return hops[i], true
-		}
+	i := n - 1
+	for i > 0 && r.trust(hops[i]) {
+		i--
 	}
-	return hops[0], true
+	if !knowable(hops[i]) {
+		r.warnUnknown(req)
+		return netip.Addr{}, false
+	}
+	return hops[i], true
 }
 
 // Key returns the client's bucket: canonical IPv4 ("192.0.2.1"), IPv6 prefix
@@ -88,14 +93,14 @@ func (r *Resolver) AppendKey(dst []byte, req *http.Request) []byte {
 	return AppendCanonical(dst, addr, r.prefix)
 }
 
-// warnMissingPeer logs, once per Resolver, that a request had no usable
-// socket peer. The value itself is never logged.
-func (r *Resolver) warnMissingPeer(req *http.Request) {
+// warnUnknown logs, once per Resolver, that a request had no usable client
+// address. The value itself is never logged.
+func (r *Resolver) warnUnknown(req *http.Request) {
 	if r.warned.Load() || !r.warned.CompareAndSwap(false, true) {
 		return
 	}
 	r.logger.WarnContext(req.Context(),
-		"clientip: a request has no usable socket peer address (http.Request.RemoteAddr is empty or does not parse); such requests share one bucket. This is logged once.",
+		"clientip: a request has no usable client address (http.Request.RemoteAddr is empty, does not parse or is unspecified, or a trusted proxy forwarded an unspecified one); such requests share one bucket. This is logged once.",
 		slog.String("bucket", Unknown))
 }
 

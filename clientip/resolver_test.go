@@ -87,6 +87,12 @@ func TestKeySocketPeer(t *testing.T) {
 		{"unbracketed IPv6 with port is an address", "2001:db8:1:2::5:443", "2001:db8:1:2::/64"},
 		{"zero-padded IPv4", "192.0.2.001:80", clientip.Unknown},
 		{"spaces", " 192.0.2.1:80", clientip.Unknown},
+		{"unspecified IPv4", "0.0.0.0:80", clientip.Unknown},
+		{"unspecified IPv6", "[::]:443", clientip.Unknown},
+		{"unspecified, bare", "::", clientip.Unknown},
+		{"unspecified, mapped", "[::ffff:0.0.0.0]:443", clientip.Unknown},
+		{"unspecified with a zone", "[::%eth0]:443", clientip.Unknown},
+		{"loopback", "[::1]:443", "::/64"},
 	}
 	r := newResolver(t, nil, 64)
 	for _, tt := range tests {
@@ -114,6 +120,7 @@ func TestKeyIgnoresUntrustedHeader(t *testing.T) {
 		{"untrusted socket: several lines", proxies, "203.0.113.9:4000", []string{"198.51.100.1", "10.0.0.2"}, "203.0.113.9"},
 		{"untrusted IPv6 socket", proxies, "[2001:db8:1:2::9]:4000", []string{"198.51.100.1"}, "2001:db8:1:2::/64"},
 		{"missing peer: header from anyone", []string{"0.0.0.0/0", "::/0"}, "", []string{"198.51.100.1"}, clientip.Unknown},
+		{"unspecified peer: header from anyone", []string{"0.0.0.0/0", "::/0"}, "0.0.0.0:1", []string{"198.51.100.1"}, clientip.Unknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,6 +156,9 @@ func TestKeyTrustedWalk(t *testing.T) {
 		{"IPv4-mapped proxy trusted by IPv4 range", "[::ffff:10.0.0.1]:443", []string{"203.0.113.7"}, "203.0.113.7"},
 		{"IPv4-mapped trusted hop", proxy, []string{"203.0.113.7, ::ffff:10.0.0.2"}, "203.0.113.7"},
 		{"bare proxy address", "10.0.0.1", []string{"203.0.113.7"}, "203.0.113.7"},
+		{"unspecified client", proxy, []string{"0.0.0.0"}, clientip.Unknown},
+		{"unspecified client through trusted hops", proxy, []string{"::, 10.0.0.2"}, clientip.Unknown},
+		{"unspecified spoofed left of the client", proxy, []string{"0.0.0.0, 203.0.113.7"}, "203.0.113.7"},
 	}
 	r := newResolver(t, proxies, 64)
 	for _, tt := range tests {
@@ -374,6 +384,8 @@ func TestAddr(t *testing.T) {
 		{"from the header", proxies, "10.0.0.1:80", []string{"[::ffff:203.0.113.7]:1"}, netip.MustParseAddr("203.0.113.7"), true},
 		{"missing", nil, "", nil, netip.Addr{}, false},
 		{"missing, trusting all", []string{"0.0.0.0/0"}, "garbage", []string{"203.0.113.7"}, netip.Addr{}, false},
+		{"unspecified", nil, "0.0.0.0:80", nil, netip.Addr{}, false},
+		{"unspecified, from the header", proxies, "10.0.0.1:80", []string{"[::]:1"}, netip.Addr{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -491,6 +503,8 @@ func TestMissingPeerWarnsOnce(t *testing.T) {
 		{"peers present", []string{"192.0.2.1:80", "[2001:db8::1]:443", "192.0.2.2"}, 0},
 		{"one missing", []string{"192.0.2.1:80", "", "192.0.2.2:80"}, 1},
 		{"many missing", []string{"", "@", "garbage", "", "192.0.2.1:80", "x:y"}, 1},
+		{"unspecified", []string{"192.0.2.1:80", "0.0.0.0:80", "[::]:443"}, 1},
+		{"missing and unspecified", []string{"", "0.0.0.0:80", "garbage"}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -548,5 +562,33 @@ func TestMissingPeerNilLogger(t *testing.T) {
 	r := newResolver(t, nil, 64)
 	if got := r.Key(request("")); got != clientip.Unknown {
 		t.Errorf("Key = %q, want %q", got, clientip.Unknown)
+	}
+}
+
+// An unspecified client forwarded by a trusted proxy is unknown too, and
+// warned about once, like a missing peer.
+func TestUnspecifiedForwardedClientWarnsOnce(t *testing.T) {
+	h := &recorder{}
+	cfg := clientip.DefaultConfig()
+	cfg.Logger = slog.New(h)
+	trust, err := clientip.TrustCIDRs(proxies...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TrustProxy = trust
+	r, err := clientip.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if got := r.Key(request("10.0.0.1:4000", "0.0.0.0")); got != clientip.Unknown {
+			t.Fatalf("Key = %q, want %q", got, clientip.Unknown)
+		}
+		if got := r.Key(request("10.0.0.1:4000", "203.0.113.7")); got != "203.0.113.7" {
+			t.Fatalf("Key = %q, want 203.0.113.7", got)
+		}
+	}
+	if got := h.len(); got != 1 {
+		t.Fatalf("%d warnings, want 1", got)
 	}
 }

@@ -40,7 +40,8 @@ By default a request's client is its address, resolved by package
 clientip: the socket peer, or the X-Forwarded-For hop the trusted proxies
 of [Config.ClientIP] vouch for; IPv6 clients grouped by /64, so that a host
 rotating through its network's addresses draws one quota. Requests with no
-usable peer share the clientip.Unknown bucket. [Config.Key] replaces the
+usable peer (missing, unparsable, or unspecified: 0.0.0.0, ::) share the
+clientip.Unknown bucket. [Config.Key] replaces the
 address with any identity (an API key, a user id), used verbatim.
 
 Keys never reach the store raw, whatever the store. A partition is the

@@ -177,10 +177,10 @@ func (l *Limiter) check(r *http.Request, sc *scratch) (decision, error) {
 	} else {
 		sc.msg = append(sc.msg[:sc.seed], l.key(r)...)
 	}
-	partition, ok := l.names.get(sc.msg[sc.seed:])
+	partition, h, ok := l.names.get(sc.msg[sc.seed:])
 	if !ok {
 		var buf [maxPartitionLen]byte
-		partition = l.names.add(sc.msg[sc.seed:], sc.appendPartition(buf[:0], l.prefix))
+		partition = l.names.add(sc.msg[sc.seed:], h, sc.appendPartition(buf[:0], l.prefix))
 	}
 	// The batch is valid by construction, so the store is called directly
 	// rather than through engine.Engine, which would validate it again on

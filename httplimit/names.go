@@ -12,89 +12,121 @@ import (
 // pepper and the key, so a remembered name is exactly the one the hash
 // would give: the store sees the same partitions with or without it.
 //
-// Each of its shards keeps two generations of names: new names enter the
-// current one, and a name found in the previous one moves to the current
-// one. When the current generation is full it becomes the previous one,
-// and the previous one is emptied. Names in use therefore stay, names
-// unused for a generation go, and a flood of new clients costs each of
-// them an insertion, never more memory: at most namesShards·2·namesPerGen
-// keys of at most maxNamedKey bytes are held. It holds raw client keys, as
-// the request does, in this process's memory only; they never reach the
-// store.
+// It is a set-associative cache: a key's hash picks a shard and, in it, a
+// set of namesWays slots, and the key can be remembered in no other. One
+// hash of the key serves the shard, the set and a tag compared before the
+// key itself, and neither a lookup nor an insertion touches a map, so a
+// client not seen recently (a miss, then an insertion) costs a few reads of
+// one set and the allocation of its name. A new name replaces the least
+// recently used of its set. Names in use therefore stay (a name is lost
+// only if namesWays new clients land in its set between two of its uses:
+// at 4,096 slots, some thousands of new clients), and memory never grows:
+// at most namesShards·namesSets·namesWays keys of at most maxNamedKey
+// bytes are held. It holds raw client keys, as the request does, in this
+// process's memory only; they never reach the store.
 type names struct {
 	seed   maphash.Seed
 	shards [namesShards]namesShard
 }
 
 // The bounds of names: 4,096 keys of at most 128 bytes. Full, it holds
-// about 400 kB for IPv4 clients under a short prefix, and at most 2 MB for
-// the longest keys and prefixes.
+// about 300 kB for IPv4 clients under a short prefix, and at most 2 MB
+// for the longest keys and prefixes.
 const (
 	namesShards = 16
-	namesPerGen = 128
+	namesSets   = 64 // per shard
+	namesWays   = 4  // slots per set
 	maxNamedKey = 128
 )
 
 type namesShard struct {
-	mu sync.Mutex
-	// cur and old map a client key to the key followed by its partition
-	// name, one string, so that remembering a name costs one allocation
-	// and a lookup reads the key and the name from the same memory.
-	cur, old map[string]string
-	_        [40]byte // keep neighbouring shards' locks off one cache line
+	mu   sync.Mutex
+	tick uint32 // counts the shard's uses; stamps slots
+	sets [namesSets]namesSet
+	_    [56]byte // keep the next shard's lock off this one's last set
 }
 
-func newNames() *names {
-	n := &names{seed: maphash.MakeSeed()}
-	for i := range n.shards {
-		n.shards[i].cur = make(map[string]string, namesPerGen)
-		n.shards[i].old = make(map[string]string, namesPerGen)
-	}
-	return n
+// namesSet is one set of slots. A slot holds its key followed by the key's
+// partition name, one string, so that remembering a name costs one
+// allocation and a lookup reads the key and the name from the same memory.
+type namesSet struct {
+	tags [namesWays]uint32 // the high bits of each slot's key hash
+	used [namesWays]uint32 // the shard's tick at each slot's last use
+	klen [namesWays]uint8  // the length of each slot's key
+	both [namesWays]string // key ‖ name; "" in an empty slot
 }
 
-func (n *names) shard(key []byte) *namesShard {
-	return &n.shards[maphash.Bytes(n.seed, key)%namesShards]
+func newNames() *names { return &names{seed: maphash.MakeSeed()} }
+
+// set returns the set of the key with hash h, and the tag of h.
+func (n *names) set(h uint64) (*namesShard, *namesSet, uint32) {
+	sh := &n.shards[h%namesShards]
+	return sh, &sh.sets[(h/namesShards)%namesSets], uint32(h >> 32)
 }
 
-// get returns the partition name remembered for key.
-func (n *names) get(key []byte) (string, bool) {
-	if len(key) > maxNamedKey {
-		return "", false
-	}
-	sh := n.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	both, ok := sh.cur[string(key)] // a lookup by string(bytes) does not allocate
-	if !ok {
-		if both, ok = sh.old[string(key)]; !ok {
-			return "", false
+// find returns the slot of s holding key, or -1.
+func (s *namesSet) find(key []byte, tag uint32) int {
+	for w := range namesWays {
+		if s.tags[w] == tag && int(s.klen[w]) == len(key) && s.both[w] != "" && s.both[w][:len(key)] == string(key) {
+			return w
 		}
-		sh.put(both[:len(key)], both)
 	}
-	return both[len(key):], true
+	return -1
 }
 
-// add remembers name as the partition name of key and returns it.
-func (n *names) add(key, name []byte) string {
+// get returns the partition name remembered for key, and the hash of key
+// that add takes.
+func (n *names) get(key []byte) (string, uint64, bool) {
+	if len(key) > maxNamedKey {
+		return "", 0, false
+	}
+	h := maphash.Bytes(n.seed, key)
+	sh, s, tag := n.set(h)
+	sh.mu.Lock()
+	w := s.find(key, tag)
+	if w < 0 {
+		sh.mu.Unlock()
+		return "", h, false
+	}
+	sh.tick++
+	s.used[w] = sh.tick
+	both := s.both[w]
+	sh.mu.Unlock()
+	return both[len(key):], h, true
+}
+
+// add remembers name as the partition name of key, whose hash get
+// returned, and returns it.
+func (n *names) add(key []byte, h uint64, name []byte) string {
 	if len(key) > maxNamedKey {
 		return string(name)
 	}
 	var buf [maxNamedKey + maxPartitionLen]byte
 	both := string(append(append(buf[:0], key...), name...))
-	sh := n.shard(key)
+	sh, s, tag := n.set(h)
 	sh.mu.Lock()
-	sh.put(both[:len(key)], both)
+	w := s.find(key, tag) // another request of the client may have added it
+	if w < 0 {
+		w = s.victim(sh.tick)
+	}
+	sh.tick++
+	s.tags[w], s.used[w], s.klen[w], s.both[w] = tag, sh.tick, uint8(len(key)), both
 	sh.mu.Unlock()
 	return both[len(key):]
 }
 
-// put stores both under key in the current generation, starting a new one
-// if it is full. sh.mu must be held.
-func (sh *namesShard) put(key, both string) {
-	if len(sh.cur) >= namesPerGen {
-		sh.cur, sh.old = sh.old, sh.cur
-		clear(sh.cur)
+// victim returns the slot of s a new name takes at tick: an empty one, else
+// the least recently used. Ages are differences of ticks, right across the
+// counter's wrap.
+func (s *namesSet) victim(tick uint32) int {
+	v := 0
+	for w := range namesWays {
+		if s.both[w] == "" {
+			return w
+		}
+		if tick-s.used[w] > tick-s.used[v] {
+			v = w
+		}
 	}
-	sh.cur[key] = both
+	return v
 }

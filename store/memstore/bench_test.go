@@ -268,3 +268,64 @@ func doer(b *testing.B, eng *engine.Engine, replay bool) func(string) bool {
 		return !resp.Steps[0].Denied
 	}
 }
+
+// BenchmarkHitNewKey measures the fast path's route-quota batch (a win.hit
+// of a fixed window and a kv.ttl of its key, as package httplimit sends)
+// on 20,000 partitions named as httplimit names them:
+//
+//	key=new   every partition is new to the store, so every hit creates
+//	          its record: the store is replaced, untimed, every 20,000
+//	          hits, and its shard maps grow as they do in service
+//	key=held  every partition's record exists already
+//
+// It runs on one goroutine only: the cost of a creation is the point, and
+// the replacement of the store would serialise parallel callers anyway.
+func BenchmarkHitNewKey(b *testing.B) {
+	const perStore = 20_000
+	parts := make([]string, perStore)
+	for i := range parts {
+		parts[i] = "bench:" + strconv.FormatUint(uint64(i)*0x9e3779b97f4a7c15, 16) + strings.Repeat("0", 16)
+	}
+	win := engine.Window{Key: "default:fixed", Kind: algo.KindFixed, Limit: benchLimit, WindowMs: benchWindow.Milliseconds()}
+	batch := engine.Batch{Commands: []engine.Command{engine.Hit(1, win), engine.TTL(win.Key)}}
+	newStore := func() *memstore.Store {
+		s, err := memstore.New(memstore.DefaultConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	hit := func(s *memstore.Store, partition string, out *engine.StepResult) {
+		batch.Partition = partition
+		if err := s.Apply(context.Background(), &batch, out); err != nil || out.Denied {
+			b.Fatalf("hit: %v, denied %v", err, out.Denied)
+		}
+	}
+	b.Run("key=new", func(b *testing.B) {
+		var out engine.StepResult
+		var s *memstore.Store
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if i%perStore == 0 {
+				b.StopTimer()
+				s = newStore()
+				b.StartTimer()
+			}
+			hit(s, parts[i%perStore], &out)
+		}
+	})
+	b.Run("key=held", func(b *testing.B) {
+		var out engine.StepResult
+		s := newStore()
+		for _, i := range fillOrder(perStore) {
+			hit(s, parts[i], &out)
+		}
+		settle()
+		pick := newPicker(perStore)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			hit(s, parts[pick()], &out)
+		}
+	})
+}
