@@ -70,6 +70,13 @@
 -- {windows...}} with int a decimal string and windows flat quadruples
 -- {allowed, remaining, resetAt, retryAfter}; or {code, command, message}
 -- when a command failed and nothing was written (codes below).
+--
+-- A lone hit, the commonest batch, has a compact reply: a batch of one
+-- win.hit on one window without a replay record (ARGV[4] "") answers
+-- {0, allowed, remaining, resetAt, retryAfter, window's remaining,
+-- window's resetAt, window's retryAfter}. Its replayed is 0, its denied
+-- is not allowed, its window's allowed is the hit's, and its other fields
+-- are a hit's zeros; the Go side knows the shape from the batch it sent.
 
 local FORMAT = '1'
 
