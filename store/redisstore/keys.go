@@ -62,9 +62,6 @@ type call struct {
 	prefix string
 	plen   int
 	buf    []byte
-	// lone reports a lone hit of one window without an operation id, which
-	// the batch code answers in its compact reply (see lua/prelude.lua).
-	lone bool
 	// fcall is the whole FCALL command (name, function, key count, keys,
 	// arguments), built in one reused slice.
 	fcall []any
@@ -111,7 +108,6 @@ func (c *call) encode(b *engine.Batch, cfg *Config) error {
 	}
 	c.buf = partitionBase(c.buf[:0], cfg.Prefix, b.Partition)
 	base := len(c.buf)
-	c.lone = isLone(b)
 
 	now, grace := "", int64(0)
 	if cfg.Clock != nil {

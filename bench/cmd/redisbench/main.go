@@ -95,9 +95,9 @@ func main() {
 				continue
 			}
 			sum.Add(round, r)
-			line := fmt.Sprintf("round %d %-20s %10.0f decisions/s  p50 %6.2f ms  p99 %6.2f ms  script %5.1f µs/decision  server cpu %5.1f µs/decision  errors %d  denied %d  load %s",
+			line := fmt.Sprintf("round %d %-20s %10.0f decisions/s  p50 %6.2f ms  p99 %6.2f ms  script %5.1f µs/decision  server cpu %5.1f µs/decision  client cpu %5.1f µs/decision  errors %d  denied %d  load %s",
 				round+1, c.Name, r.DecisionsPerSec(), ms(r.P50), ms(r.P99), r.UsecPerDecision(),
-				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Errors, r.Denied, loadAvg())
+				float64(r.CPUPerDecision())/float64(time.Microsecond), float64(r.ClientCPUPerDecision())/float64(time.Microsecond), r.Errors, r.Denied, loadAvg())
 			if r.FirstErr != nil {
 				line += fmt.Sprintf("  first error: %v", r.FirstErr)
 			}
