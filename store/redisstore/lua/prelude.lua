@@ -39,9 +39,11 @@
 -- So nothing at the chunk's top level may depend on a call: what a call
 -- needs (its clock, its keys and arguments, the records it has read) lives
 -- in the chunk-level locals declared for it (below, and at the top of
--- batch.lua), which batch() sets afresh at the start of every call. The
--- command families are built by functions that receive the batch's core
--- (S) and capture nothing else of a call; each is built when a batch
+-- batch.lua), which batch() sets afresh at the start of every call; its
+-- working tables (the records read, the writes, a lone hit's result) are
+-- emptied or overwritten then and reused rather than allocated anew.
+-- The command families are built by functions that receive the batch's
+-- core (S) and capture nothing else of a call; each is built when a batch
 -- first uses it, and kept for later calls in the library form. No
 -- constant table is ever changed in place.
 --
