@@ -39,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -147,7 +148,30 @@ type Result struct {
 	// ServerCPU is the server's CPU time (user and system) over the
 	// measurement, from INFO cpu.
 	ServerCPU time.Duration
+	// ClientCPU is this process's CPU time (user and system, every
+	// goroutine and the collector) over the measurement: the Go client's
+	// cost, zero for redis-benchmark. Only one configuration runs at a
+	// time, so it is all the configuration's.
+	ClientCPU time.Duration
 	FirstErr  error
+}
+
+// ClientCPUPerDecision returns this process's CPU time per decision.
+func (r Result) ClientCPUPerDecision() time.Duration {
+	n := r.Calls * uint64(r.PerCall)
+	if n == 0 {
+		return 0
+	}
+	return r.ClientCPU / time.Duration(n)
+}
+
+// processCPU returns this process's CPU time so far, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // DecisionsPerSec returns successful decisions per second.
@@ -300,6 +324,7 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 	}
 	var before serverStats
 	var err error
+	cpu0 := processCPU()
 	if !timed {
 		if before, err = resetStats(ctx, admin); err != nil {
 			return Result{}, err
@@ -344,6 +369,7 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 			return Result{}, err
 		}
 		start = time.Now()
+		cpu0 = processCPU()
 		phase.Store(measure)
 		select {
 		case <-time.After(o.Duration):
@@ -352,14 +378,16 @@ func drive(ctx context.Context, admin *redis.Client, cfg Config, inst instance, 
 		phase.Store(done)
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
 	after, serr := readStats(context.WithoutCancel(ctx), admin)
 	wg.Wait()
 	if !timed {
 		elapsed = time.Since(start)
+		cpu = processCPU() - cpu0
 		after, serr = readStats(context.WithoutCancel(ctx), admin)
 	}
 	r := Result{Config: cfg.Name, PerCall: cfg.PerCall, Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
-		Elapsed: elapsed, P50: hist.Quantile(0.5), P99: hist.Quantile(0.99), FirstErr: firstErr}
+		Elapsed: elapsed, P50: hist.Quantile(0.5), P99: hist.Quantile(0.99), ClientCPU: cpu, FirstErr: firstErr}
 	r.setStats(before, after)
 	if serr != nil {
 		return r, serr

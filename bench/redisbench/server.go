@@ -110,12 +110,31 @@ func ping(addr string) error {
 	return nil
 }
 
-// PID returns the server's process id.
-func (s *Server) PID() int { return s.cmd.Process.Pid }
+// Attach returns the Server of a redis-server already running at addr,
+// started by someone else: Stop leaves it running. Measurements flush its
+// data. Two harness binaries (code before and after a change) attached to
+// one server in turn are compared on the same server process.
+func Attach(addr string) (*Server, error) {
+	if err := ping(addr); err != nil {
+		return nil, fmt.Errorf("redisbench: no redis-server at %s: %w", addr, err)
+	}
+	return &Server{Addr: addr}, nil
+}
+
+// PID returns the server's process id, or 0 for an attached server.
+func (s *Server) PID() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
 
 // Stop kills the server by its process id, reaps it and removes its
-// directory. It is idempotent.
+// directory. It is idempotent, and does nothing to an attached server.
 func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
 	select {
 	case <-s.done:
 	default:

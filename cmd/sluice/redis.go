@@ -16,8 +16,9 @@ import (
 
 // redisFlags are the settings of the Redis store beyond its URL (--store).
 // The passwords may come from here rather than the URL, so that they need
-// not sit in a process listing.
+// not sit in a process listing; the TLS files come only from here.
 type redisFlags struct {
+	TLS              redisstore.TLSFiles
 	Password         string
 	SentinelPassword string
 	Prefix           string
@@ -41,6 +42,10 @@ func (r *redisFlags) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&r.AllowEviction, "redis-allow-eviction", false, "start on a Redis whose maxmemory-policy is not noeviction (an evicted window admits beyond its limit)")
 	fs.IntVar(&r.WaitReplicas, "redis-wait-replicas", 0, "replicas that must acknowledge every batch (Redis WAIT) before it is answered; unacknowledged batches fail, so a failover loses no answered admission")
 	fs.DurationVar(&r.WaitTimeout, "redis-wait-timeout", r.WaitTimeout, "how long a batch waits for --redis-wait-replicas; shorter than --redis-timeout")
+	fs.StringVar(&r.TLS.CAFile, "redis-tls-ca", "", "PEM bundle of the authorities of a rediss:// store's certificates, instead of the system roots")
+	fs.StringVar(&r.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate presented to a rediss:// store (mutual TLS), with --redis-tls-key")
+	fs.StringVar(&r.TLS.KeyFile, "redis-tls-key", "", "PEM private key of --redis-tls-cert")
+	fs.StringVar(&r.TLS.ServerName, "redis-tls-server-name", "", "name every Redis server's certificate must carry, instead of the host or address dialled")
 	for name, env := range map[string]string{
 		"redis-wait-replicas":     "SLUICE_REDIS_WAIT_REPLICAS",
 		"redis-wait-timeout":      "SLUICE_REDIS_WAIT_TIMEOUT",
@@ -49,6 +54,10 @@ func (r *redisFlags) addFlags(fs *pflag.FlagSet) {
 		"redis-prefix":            "SLUICE_REDIS_PREFIX",
 		"redis-timeout":           "SLUICE_REDIS_TIMEOUT",
 		"redis-allow-eviction":    "SLUICE_REDIS_ALLOW_EVICTION",
+		"redis-tls-ca":            "SLUICE_REDIS_TLS_CA",
+		"redis-tls-cert":          "SLUICE_REDIS_TLS_CERT",
+		"redis-tls-key":           "SLUICE_REDIS_TLS_KEY",
+		"redis-tls-server-name":   "SLUICE_REDIS_TLS_SERVER_NAME",
 	} {
 		bindEnv(fs, name, env)
 	}
@@ -63,7 +72,8 @@ const redisStartTimeout = 10 * time.Second
 func isRedisStore(store string) bool { return strings.Contains(store, "://") }
 
 // options returns the client options of the store URL with the passwords
-// of r, and the store configuration.
+// and TLS files of r (read here, so that a missing or malformed file stops
+// the start), and the store configuration.
 func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstore.Config, error) {
 	var errs []error
 	opts, err := redisstore.ParseURL(storeURL)
@@ -81,6 +91,9 @@ func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstor
 				errs = append(errs, errors.New("--redis-sentinel-password ($SLUICE_REDIS_SENTINEL_PASSWORD) is set, but the --store URL is not redis+sentinel://"))
 			}
 			opts.SentinelPassword = r.SentinelPassword
+		}
+		if err := r.TLS.Apply(opts); err != nil {
+			errs = append(errs, fmt.Errorf("%w (--redis-tls-*, $SLUICE_REDIS_TLS_*)", err))
 		}
 	}
 	cfg := redisstore.Config{Prefix: r.Prefix, Timeout: r.Timeout, AllowEviction: r.AllowEviction,

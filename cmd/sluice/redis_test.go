@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +44,15 @@ func TestServeConfigRedisStore(t *testing.T) {
 		{"wait longer than the timeout", func(c *serveConfig) {
 			c.Store, c.Redis.WaitReplicas, c.Redis.WaitTimeout = "redis://h", 1, time.Second
 		}, "WaitTimeout"},
+		{"TLS files without TLS", func(c *serveConfig) {
+			c.Store, c.Redis.TLS.CAFile = "redis://:Secret1@h", "ca.pem"
+		}, "does not use TLS"},
+		{"missing CA file", func(c *serveConfig) {
+			c.Store, c.Redis.TLS.CAFile = "rediss://:Secret1@h", "/nonexistent/ca.pem"
+		}, "/nonexistent/ca.pem"},
+		{"client certificate without key", func(c *serveConfig) {
+			c.Store, c.Redis.TLS.CertFile = "rediss://h", "client.pem"
+		}, "go together"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := defaultServeConfig()
@@ -95,5 +107,84 @@ func TestRedisStoreOpens(t *testing.T) {
 	}
 	if _, err := defaultRedisFlags().open("redis://127.0.0.1:1", log); err == nil || !strings.Contains(err.Error(), "opening the Redis store") {
 		t.Errorf("no Redis at the address: %v", err)
+	}
+}
+
+// serveUntilListening runs sluice serve with env until it logs that it is
+// listening, then stops it as SIGINT would, and returns serve's error: nil
+// when it started and stopped cleanly, the reason when it did not start.
+func serveUntilListening(t *testing.T, env map[string]string) error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	root := newRootCmd(mapEnv(env))
+	pr, pw := io.Pipe()
+	root.SetOut(io.Discard)
+	root.SetErr(pw)
+	root.SetArgs([]string{"serve"})
+	done := make(chan error, 1)
+	go func() {
+		err := root.ExecuteContext(ctx)
+		pw.Close()
+		done <- err
+	}()
+	var log strings.Builder
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "msg=listening") {
+			cancel()
+		}
+	}
+	err := <-done
+	if err == nil && !strings.Contains(log.String(), "msg=listening") {
+		t.Fatalf("serve ended without error and without listening:\n%s", log.String())
+	}
+	return err
+}
+
+// The --redis-tls-* settings, given by their variables, reach the store:
+// sluice serve starts on a Redis over mutual TLS with a private
+// authority, and refuses to start without the client certificate or with
+// a CA file holding no certificate.
+func TestServeRedisTLSFromEnv(t *testing.T) {
+	ca := redistest.NewCA(t, "sluice test CA")
+	srv := redistest.StartTLS(t, ca, "redis.internal")
+	cert, key := ca.Issue(t, "sluice")
+	dir := t.TempDir()
+	env := func(mod map[string]string) map[string]string {
+		e := map[string]string{
+			"SLUICE_STORE":                 "rediss://" + srv.Addr,
+			"SLUICE_ADDR":                  "127.0.0.1:0",
+			"SLUICE_DATA_DIR":              filepath.Join(dir, "data"),
+			"SLUICE_REDIS_TIMEOUT":         "10s",
+			"SLUICE_REDIS_TLS_CA":          ca.CertFile,
+			"SLUICE_REDIS_TLS_CERT":        cert,
+			"SLUICE_REDIS_TLS_KEY":         key,
+			"SLUICE_REDIS_TLS_SERVER_NAME": "redis.internal",
+		}
+		for k, v := range mod {
+			if v == "" {
+				delete(e, k)
+			} else {
+				e[k] = v
+			}
+		}
+		return e
+	}
+	if err := serveUntilListening(t, env(nil)); err != nil {
+		t.Fatalf("serve on Redis over mutual TLS: %v", err)
+	}
+	err := serveUntilListening(t, env(map[string]string{"SLUICE_REDIS_TLS_CERT": "", "SLUICE_REDIS_TLS_KEY": ""}))
+	if err == nil || !strings.Contains(err.Error(), "opening the Redis store") || !strings.Contains(err.Error(), "certificate required") {
+		t.Errorf("serve without a client certificate: %v, want the server's refusal", err)
+	}
+	err = serveUntilListening(t, env(map[string]string{"SLUICE_REDIS_TLS_SERVER_NAME": ""}))
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("serve without the server name: %v, want the certificate refused for the address", err)
+	}
+	err = serveUntilListening(t, env(map[string]string{"SLUICE_REDIS_TLS_CA": key}))
+	if err == nil || !strings.Contains(err.Error(), "holds no PEM certificate") {
+		t.Errorf("serve with a key as the CA file: %v, want the file refused", err)
 	}
 }

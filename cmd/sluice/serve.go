@@ -46,7 +46,9 @@ With --store redis://host:6379 (or rediss://, redis+cluster://host1:port,
 host2:port, redis+sentinel://host:26379/mastername) the quotas, replay
 records, the stop fence and the admission state live in Redis, and any
 number of servers given the same URL, --secrets and --operator-token share
-them. Prefer $SLUICE_REDIS_PASSWORD to a password in the URL.
+them. Prefer $SLUICE_REDIS_PASSWORD to a password in the URL. A rediss://
+store of a private authority, or requiring client certificates, takes
+--redis-tls-ca, --redis-tls-cert and --redis-tls-key.
 
 Every RPC names an admission family and spends its daily budget
 (--daily-budget, split by --family-budgets or equally among --families).

@@ -1,12 +1,14 @@
 // Package redistest starts real redis-server processes for tests: a single
-// node, a cluster of masters, a primary with a replica, and a sentinel
-// watching a primary. Each server runs
+// node, one speaking only TLS with client certificates of a throwaway
+// certificate authority, a cluster of masters, a primary with a replica,
+// and a sentinel watching a primary. Each server runs
 // on a free loopback port with persistence off, in a directory of the test's
 // own, and is stopped by its process id when the test ends.
 //
 // When redis-server is not installed the helpers skip the test with a loud
 // message; under CI=true they fail it instead, so a CI machine that lost its
-// Redis cannot pass by skipping.
+// Redis cannot pass by skipping. StartTLS does the same when redis-server
+// was built without TLS (Debian's and most distributions' builds have it).
 //
 // Nothing outside tests imports this package.
 package redistest
@@ -14,6 +16,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -40,6 +43,9 @@ type Server struct {
 	// Dir is the server's working directory (its log and cluster state).
 	Dir string
 
+	// tls, for a server started by StartTLS, is the configuration its
+	// clients connect with.
+	tls  *tls.Config
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has exited and been reaped
 	mu   sync.Mutex
@@ -92,12 +98,20 @@ func start(t testing.TB, cluster bool, extra []string) *Server {
 }
 
 func launch(t testing.TB, bin string, cluster bool, extra []string) (*Server, error) {
-	return launchIn(t, bin, cluster, nil, extra)
+	return launchIn(t, bin, cluster, nil, nil, extra)
+}
+
+// launchTLS starts one server listening only on a TLS port, which clients
+// reach with client.
+func launchTLS(t testing.TB, bin string, client *tls.Config, extra []string) (*Server, error) {
+	return launchIn(t, bin, false, client, nil, extra)
 }
 
 // launchIn starts one server; first, if any, are the arguments before the
-// defaults (a sentinel's configuration file and --sentinel).
-func launchIn(t testing.TB, bin string, cluster bool, first func(dir string) ([]string, error), extra []string) (*Server, error) {
+// defaults (a sentinel's configuration file and --sentinel). With
+// tlsClient its port is a TLS port (the plain one is off), and tlsClient
+// is how clients connect.
+func launchIn(t testing.TB, bin string, cluster bool, tlsClient *tls.Config, first func(dir string) ([]string, error), extra []string) (*Server, error) {
 	ports, err := freePorts(1 + btoi(cluster))
 	if err != nil {
 		return nil, err
@@ -112,8 +126,12 @@ func launchIn(t testing.TB, bin string, cluster bool, first func(dir string) ([]
 			return nil, err
 		}
 	}
+	if tlsClient != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(ports[0]))
+	} else {
+		args = append(args, "--port", strconv.Itoa(ports[0]))
+	}
 	args = append(args,
-		"--port", strconv.Itoa(ports[0]),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -136,7 +154,7 @@ func launchIn(t testing.TB, bin string, cluster bool, first func(dir string) ([]
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), Dir: dir, cmd: cmd, done: make(chan struct{})}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), Dir: dir, tls: tlsClient, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		s.mu.Lock()
@@ -162,7 +180,7 @@ func (s *Server) waitReady() error {
 			return fmt.Errorf("redis-server on %s exited at start: %v\n%s", s.Addr, s.exitErr(), s.LogTail())
 		default:
 		}
-		if ping(s.Addr) == nil {
+		if ping(s.Addr, s.tls) == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -172,10 +190,16 @@ func (s *Server) waitReady() error {
 	}
 }
 
-// ping sends one PING over a fresh connection and checks that the server
-// answers it.
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
+// ping sends one PING over a fresh connection (TLS with tlsConf) and
+// checks that the server answers it.
+func ping(addr string, tlsConf *tls.Config) error {
+	var conn net.Conn
+	var err error
+	if tlsConf != nil {
+		conn, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, tlsConf)
+	} else {
+		conn, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
@@ -254,9 +278,19 @@ func (s *Server) LogTail() string {
 }
 
 // Options returns client options for the server suited to tests: context
-// deadlines honoured and no automatic retries.
+// deadlines honoured and no automatic retries; for a server started by
+// StartTLS, TLS with a client certificate.
 func (s *Server) Options() *redis.Options {
-	return &redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 3}
+	return &redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 3, TLSConfig: s.TLSConfig()}
+}
+
+// TLSConfig returns the TLS configuration clients of a server started by
+// StartTLS connect with (a copy), or nil for a plain server.
+func (s *Server) TLSConfig() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.Clone()
 }
 
 // Client returns a client of the server, closed when t ends.
@@ -456,7 +490,7 @@ func StartSentinel(t testing.TB, primary *Server) *Server {
 	var s *Server
 	var err error
 	for range 5 {
-		if s, err = launchIn(t, bin, false, conf, nil); err == nil {
+		if s, err = launchIn(t, bin, false, nil, conf, nil); err == nil {
 			break
 		}
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -103,5 +106,31 @@ func TestReplicated(t *testing.T) {
 	}
 	if err := q.Set(ctx, "k2", "v", 0).Err(); err != nil {
 		t.Fatalf("promoted replica refused a write: %v", err)
+	}
+}
+
+// A TLS server answers a client with a certificate of its authority, and
+// has no plain port.
+func TestTLS(t *testing.T) {
+	ca := redistest.NewCA(t, "redistest CA")
+	s := redistest.StartTLS(t, ca, "")
+	c := s.Client(t)
+	ctx := t.Context()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := c.ConfigGet(ctx, "port").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conf["port"] != "0" {
+		t.Errorf("plain port %q, want 0 (off)", conf["port"])
+	}
+	plain := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer plain.Close()
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := plain.Ping(pctx).Err(); err == nil {
+		t.Error("a plain-text client was answered by the TLS port")
 	}
 }

@@ -20,7 +20,9 @@
 // client without it. Turn automatic retries off (MaxRetries: -1): a retry
 // after a broken connection may run a batch a second time. [ParseURL] turns
 // a store URL — redis://, rediss://, redis+cluster://, redis+sentinel:// —
-// into options for redis.NewUniversalClient that meet both conditions.
+// into options for redis.NewUniversalClient that meet both conditions;
+// [TLSFiles] adds a private certificate authority, a client certificate
+// (mutual TLS) and a server name to those of a rediss URL.
 //
 // # Batches
 //

@@ -49,3 +49,26 @@ func ExampleNew_cluster() {
 	defer store.Close()
 	_ = engine.New(store)
 }
+
+// A store on a Redis over mutual TLS: the servers' certificates come from a
+// private authority, and the Redis requires a client certificate.
+func ExampleTLSFiles() {
+	opts, err := redisstore.ParseURL("rediss://redis.internal:6380")
+	if err != nil {
+		log.Fatal(err)
+	}
+	files := redisstore.TLSFiles{
+		CAFile:   "/etc/sluice/redis-ca.pem",
+		CertFile: "/etc/sluice/redis-client.pem",
+		KeyFile:  "/etc/sluice/redis-client.key",
+	}
+	if err := files.Apply(opts); err != nil {
+		log.Fatal(err) // a file missing or malformed, named in the error
+	}
+	store, err := redisstore.New(redis.NewUniversalClient(opts), redisstore.DefaultConfig())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	_ = engine.New(store)
+}

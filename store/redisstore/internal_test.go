@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -55,6 +56,13 @@ func TestEncodeKeys(t *testing.T) {
 	want := []string{"sluice:{p}:r:3:op", "sluice:{p}:k:w", "sluice:{p}:k:w2", "sluice:{p}:k:r", "sluice:{p}:k:b"}
 	if strings.Join(c.keys, " ") != strings.Join(want, " ") {
 		t.Fatalf("keys %q, want %q (each once, the replay record first)", c.keys, want)
+	}
+	if c.args[2] != "sluice:{p}:k:" {
+		t.Errorf("record key prefix (ARGV[3]) %q", c.args[2])
+	}
+	fc := c.fcallArgs()
+	if len(fc) != 3+len(c.keys)+len(c.args) || fc[0] != "fcall" || fc[1] != functionName || fc[2] != len(c.keys) || fc[3] != want[0] || fc[3+len(c.keys)] != scriptFormat {
+		t.Errorf("FCALL command %q", fc)
 	}
 }
 
@@ -125,6 +133,56 @@ func TestDecodeReply(t *testing.T) {
 		err := decodeReply([]any{code, int64(1), "msg"}, b, &out)
 		if !errors.Is(err, want) {
 			t.Errorf("failure %d: %v, want %v", code, err, want)
+		}
+	}
+}
+
+// TestDecodeLoneReply checks the compact reply of a lone hit of one window:
+// it decodes into the result the full reply would give, and a reply of any
+// other shape is an error wrapping ErrUnavailable. A lone hit with an
+// operation id, or of two windows, takes the full reply.
+func TestDecodeLoneReply(t *testing.T) {
+	hit := engine.Hit(1, engine.Window{Key: "w", Kind: algo.KindGCRA, Limit: 10, WindowMs: 1000})
+	b := &engine.Batch{Partition: "p", Commands: []engine.Command{hit}}
+	if !isLone(b) {
+		t.Fatal("a lone hit of one window is not lone")
+	}
+	two := engine.Hit(1, hit.Windows[0], engine.Window{Key: "v", Kind: algo.KindFixed, Limit: 10, WindowMs: 1000})
+	for name, other := range map[string]*engine.Batch{
+		"operation id": {Partition: "p", OperationID: "op", Commands: []engine.Command{hit}},
+		"two windows":  {Partition: "p", Commands: []engine.Command{two}},
+		"two commands": {Partition: "p", Commands: []engine.Command{hit, hit}},
+		"a get":        {Partition: "p", Commands: []engine.Command{engine.Get("k")}},
+	} {
+		if isLone(other) {
+			t.Errorf("%s: lone", name)
+		}
+	}
+	good := func() []any {
+		return []any{int64(0), int64(0), int64(3), int64(1700000000000), int64(250), int64(4), int64(1700000000001), int64(251)}
+	}
+	// A reused StepResult with a previous result and window in it.
+	out := engine.StepResult{Results: []engine.Result{{Found: true, Int: 9, Windows: []engine.WindowResult{{Allowed: true}}}}}
+	resetStep(&out)
+	if err := decodeReply(good(), b, &out); err != nil {
+		t.Fatal(err)
+	}
+	want := engine.Result{Remaining: 3, ResetAt: 1700000000000, RetryAfterMs: 250,
+		Windows: []engine.WindowResult{{Remaining: 4, ResetAt: 1700000000001, RetryAfterMs: 251}}}
+	if !out.Denied || out.Replayed || len(out.Results) != 1 || !reflect.DeepEqual(out.Results[0], want) {
+		t.Fatalf("decoded %+v, want denied and %+v", out, want)
+	}
+	for name, reply := range map[string]any{
+		"full reply":     []any{int64(0), int64(0), int64(0), []any{int64(1), int64(0), int64(2), int64(3), int64(4), int64(0), int64(0), "0", "", []any{int64(1), int64(2), int64(3), int64(4)}}},
+		"short":          good()[:7],
+		"long":           append(good(), int64(1)),
+		"allowed 2":      func() any { a := good(); a[1] = int64(2); return a }(),
+		"window string":  func() any { a := good(); a[6] = "1"; return a }(),
+		"status 1, long": func() any { a := good(); a[0] = int64(1); return a }(),
+	} {
+		out := engine.StepResult{}
+		if err := decodeReply(reply, b, &out); !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("%s: %v, want ErrUnavailable", name, err)
 		}
 	}
 }

@@ -56,9 +56,15 @@ type call struct {
 	// users holds the user key of each entry of keys ("" for the replay
 	// record's), so that a key named twice is passed once.
 	users []string
-	// prefix is the partition's record key prefix.
+	// prefix is the partition's record key prefix: a prefix of the first
+	// record key, sharing its bytes. buf holds it (its first plen bytes)
+	// while the keys are built after it.
 	prefix string
+	plen   int
 	buf    []byte
+	// fcall is the whole FCALL command (name, function, key count, keys,
+	// arguments), built in one reused slice.
+	fcall []any
 }
 
 // clear drops the references a pooled call holds to the caller's strings.
@@ -66,8 +72,29 @@ func (c *call) clear() {
 	clear(c.keys)
 	clear(c.args)
 	clear(c.users)
-	c.keys, c.args, c.users = c.keys[:0], c.args[:0], c.users[:0]
+	clear(c.fcall)
+	c.keys, c.args, c.users, c.fcall = c.keys[:0], c.args[:0], c.users[:0], c.fcall[:0]
+	c.prefix = ""
 }
+
+// fcallArgs returns the FCALL command of the call, in c's reused slice.
+func (c *call) fcallArgs() []any {
+	c.fcall = append(c.fcall[:0], "fcall", functionName, len(c.keys))
+	for _, k := range c.keys {
+		c.fcall = append(c.fcall, k)
+	}
+	c.fcall = append(c.fcall, c.args...)
+	return c.fcall
+}
+
+// isLone reports whether b is a lone hit of one window without an
+// operation id: the batch code's compact reply.
+func isLone(b *engine.Batch) bool {
+	return len(b.Commands) == 1 && b.OperationID == "" && b.Commands[0].Op == engine.OpHit && len(b.Commands[0].Windows) == 1
+}
+
+// replayTTLArg is the replay records' lifetime as the script reads it.
+var replayTTLArg any = strconv.FormatInt(engine.ReplayTTL.Milliseconds(), 10)
 
 // encode fills c for b. It validates every command again (the engine has
 // already; this keeps the script's arithmetic in its exact range even for a
@@ -81,8 +108,6 @@ func (c *call) encode(b *engine.Batch, cfg *Config) error {
 	}
 	c.buf = partitionBase(c.buf[:0], cfg.Prefix, b.Partition)
 	base := len(c.buf)
-	c.buf = append(c.buf, "k:"...)
-	c.prefix = string(c.buf)
 
 	now, grace := "", int64(0)
 	if cfg.Clock != nil {
@@ -102,7 +127,10 @@ func (c *call) encode(b *engine.Batch, cfg *Config) error {
 		c.users = append(c.users, "")
 		hash = string(b.Hash[:])
 	}
-	c.args = append(c.args, scriptFormat, now, c.prefix, hash, engine.ReplayTTL.Milliseconds(), grace, len(b.Commands))
+	c.buf = append(c.buf[:base], "k:"...)
+	c.plen = len(c.buf)
+	// ARGV[3], the prefix, is set once the first record key is built.
+	c.args = append(c.args, scriptFormat, now, nil, hash, replayTTLArg, grace, len(b.Commands))
 	for i := range b.Commands {
 		cmd := &b.Commands[i]
 		err := cmd.Validate()
@@ -113,6 +141,10 @@ func (c *call) encode(b *engine.Batch, cfg *Config) error {
 			return fmt.Errorf("command %d (%s): %w", i, cmd.Op, err)
 		}
 	}
+	if c.prefix == "" {
+		c.prefix = string(c.buf[:c.plen])
+	}
+	c.args[2] = c.prefix
 	return nil
 }
 
@@ -124,7 +156,12 @@ func (c *call) key(k string) int {
 			return i + 1
 		}
 	}
-	c.keys = append(c.keys, c.prefix+k)
+	c.buf = append(c.buf[:c.plen], k...)
+	rk := string(c.buf)
+	if c.prefix == "" {
+		c.prefix = rk[:c.plen]
+	}
+	c.keys = append(c.keys, rk)
 	c.users = append(c.users, k)
 	return len(c.keys)
 }

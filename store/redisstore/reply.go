@@ -38,6 +38,9 @@ func decodeReply(v any, b *engine.Batch, out *engine.StepResult) error {
 	if code != 0 {
 		return decodeFailure(code, arr, b)
 	}
+	if isLone(b) {
+		return decodeLone(arr, out)
+	}
 	if len(arr) != 3+len(b.Commands) {
 		return replyError("%d elements for %d commands", len(arr), len(b.Commands))
 	}
@@ -55,6 +58,31 @@ func decodeReply(v any, b *engine.Batch, out *engine.StepResult) error {
 			return replyError("result %d: %v", i, err)
 		}
 	}
+	return nil
+}
+
+// decodeLone decodes the compact reply of a lone hit of one window:
+// {0, allowed, remaining, resetAt, retryAfter, the window's remaining,
+// resetAt and retryAfter}.
+func decodeLone(arr []any, out *engine.StepResult) error {
+	if len(arr) != 8 {
+		return replyError("%d elements for a lone hit, want 8", len(arr))
+	}
+	allowed, err := boolean(arr[1])
+	if err != nil {
+		return replyError("allowed: %v", err)
+	}
+	var f [6]int64
+	for i := range f {
+		var ok bool
+		if f[i], ok = arr[2+i].(int64); !ok {
+			return replyError("lone hit field %d: %T, want an integer", 2+i, arr[2+i])
+		}
+	}
+	out.Denied = !allowed
+	r := nextResult(out)
+	r.Allowed, r.Remaining, r.ResetAt, r.RetryAfterMs = allowed, f[0], f[1], f[2]
+	r.Windows = append(r.Windows, engine.WindowResult{Allowed: allowed, Remaining: f[3], ResetAt: f[4], RetryAfterMs: f[5]})
 	return nil
 }
 

@@ -21,7 +21,7 @@ import (
 // satisfies it, and so do *redis.Client (single node, or Sentinel through
 // redis.NewFailoverClient) and *redis.ClusterClient.
 type Client interface {
-	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	Do(ctx context.Context, args ...any) *redis.Cmd
 	FunctionLoadReplace(ctx context.Context, code string) *redis.StringCmd
 	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
 	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
@@ -222,7 +222,8 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	return nil
 }
 
-// eval runs the batch: by FCALL of the function library, loading it where
+// eval runs the batch: by FCALL of the function library (sent with Do, so
+// that the command is built in the call's reused slice), loading it where
 // the server lacks it (a fresh server, a restart without persistence,
 // FUNCTION FLUSH); on a server without functions, by EVALSHA of the script,
 // loading it with EVAL on NOSCRIPT. Loading the library costs one call per
@@ -231,7 +232,7 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 func (s *Store) eval(ctx context.Context, r runner, c *call) (any, error) {
 	if !s.scripts.Load() {
 		loads := s.loads.Load()
-		reply, err := r.FCall(ctx, functionName, c.keys, c.args...).Result()
+		reply, err := r.Do(ctx, c.fcallArgs()...).Result()
 		switch {
 		case err == nil:
 			return reply, nil
@@ -243,7 +244,7 @@ func (s *Store) eval(ctx context.Context, r runner, c *call) (any, error) {
 			return reply, err
 		case !s.scripts.Load():
 			// The library is loaded now.
-			reply, err = r.FCall(ctx, functionName, c.keys, c.args...).Result()
+			reply, err = r.Do(ctx, c.fcallArgs()...).Result()
 			if err == nil || !redis.HasErrorPrefix(err, "Function not found") {
 				return reply, err
 			}
@@ -260,7 +261,7 @@ func (s *Store) eval(ctx context.Context, r runner, c *call) (any, error) {
 
 // runner runs the batch code: the store's client, or one connection of it.
 type runner interface {
-	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	Do(ctx context.Context, args ...any) *redis.Cmd
 	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
 	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
 }

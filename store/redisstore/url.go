@@ -39,7 +39,9 @@ const (
 // sentinels' own credentials are SentinelUsername and SentinelPassword of
 // the options). A Redis Cluster has only database 0, so its URL has no
 // path. TLS verifies each server's certificate against the system roots,
-// for the name or address the client dials.
+// for the name or address the client dials; a private authority, a client
+// certificate and a pinned server name are files, applied to the options
+// by TLSFiles.Apply.
 //
 // Options, all optional: dial_timeout, read_timeout, write_timeout,
 // pool_timeout and conn_max_idle_time (durations such as 500ms or 3s),

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,6 +33,8 @@ func main() {
 		keys     = flag.Int("keys", redisbench.DefaultKeys, "distinct limiter keys the calls spread over")
 		pipeline = flag.Int("pipeline", 16, "redis-benchmark's -P")
 		only     = flag.String("only", "", "comma-separated configurations to run (default all): "+names())
+		attach   = flag.String("redis", "", "address of a running redis-server to measure against (its data is flushed), instead of starting one")
+		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of this process over the whole run to the file")
 	)
 	flag.Parse()
 	if *rounds < 1 || *duration <= 0 || *clients < 1 {
@@ -46,7 +49,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	srv, err := redisbench.StartServer(ctx)
+	var srv *redisbench.Server
+	if *attach != "" {
+		srv, err = redisbench.Attach(*attach)
+	} else {
+		srv, err = redisbench.StartServer(ctx)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -58,6 +66,18 @@ func main() {
 	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; one redis-server (pid %d) on %s for every configuration\n\n",
 		*clients, *warmup, *duration, *rounds, *keys, srv.PID(), srv.Addr)
 
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redisbench: -cpuprofile:", err)
+			srv.Stop()
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	opts := redisbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Pipeline: *pipeline}
 	sum := &redisbench.Summary{Configs: cfgs}
 	failed := false
@@ -75,9 +95,9 @@ func main() {
 				continue
 			}
 			sum.Add(round, r)
-			line := fmt.Sprintf("round %d %-20s %10.0f decisions/s  p50 %6.2f ms  p99 %6.2f ms  script %5.1f µs/decision  server cpu %5.1f µs/decision  errors %d  denied %d  load %s",
+			line := fmt.Sprintf("round %d %-20s %10.0f decisions/s  p50 %6.2f ms  p99 %6.2f ms  script %5.1f µs/decision  server cpu %5.1f µs/decision  client cpu %5.1f µs/decision  errors %d  denied %d  load %s",
 				round+1, c.Name, r.DecisionsPerSec(), ms(r.P50), ms(r.P99), r.UsecPerDecision(),
-				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Errors, r.Denied, loadAvg())
+				float64(r.CPUPerDecision())/float64(time.Microsecond), float64(r.ClientCPUPerDecision())/float64(time.Microsecond), r.Errors, r.Denied, loadAvg())
 			if r.FirstErr != nil {
 				line += fmt.Sprintf("  first error: %v", r.FirstErr)
 			}

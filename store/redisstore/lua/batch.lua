@@ -5,9 +5,9 @@
 -- The call's state, set afresh by batch() at the start of every call.
 local KEYS_, ARGV_ -- the call's keys and arguments
 local hash, replayTTL, grace
-local cache -- Redis key → record array, or false when absent
-local written -- Redis key → true once the batch wrote or deleted it
-local order -- written keys, in order of first write
+local cache = {} -- Redis key → record array, or false when absent
+local written = {} -- Redis key → true once the batch wrote or deleted it
+local order = {} -- written keys, in order of first write
 local mutated
 local argi -- the next argument to read
 
@@ -104,6 +104,10 @@ local function newResult()
 	return {false, false, 0, 0, 0, 0, 0, '0', '', {}}
 end
 
+-- lone is the result of a lone hit (see evaluate), reused by every call:
+-- nothing keeps it past the call, whose reply copies its figures.
+local lone = newResult()
+
 local function addWindow(r, d)
 	local w = r[WINDOWS]
 	w[#w + 1] = d
@@ -195,6 +199,19 @@ local function evaluate()
 		end
 	end
 	local n = tonumber(ARGV_[7])
+	if n == 1 and hash == '' and ARGV_[8] == 'hit' and ARGV_[10] == '1' then
+		-- A lone hit of one window without a replay record: the compact
+		-- reply (see prelude.lua), from a result table kept for it.
+		current = 1
+		local r = lone
+		r[ALLOWED], r[REMAINING], r[RESET_AT], r[RETRY] = false, 0, 0, 0
+		local ws = r[WINDOWS]
+		ws[1] = nil
+		run(arg(), r)
+		current = 0
+		local d = ws[1]
+		return {0, r[ALLOWED] and 1 or 0, r[REMAINING], r[RESET_AT], r[RETRY], d.remaining, d.resetAt, d.retry}
+	end
 	local reply = {0, 0, 0}
 	for i = 1, n do
 		current = i
@@ -217,6 +234,10 @@ local function evaluate()
 	return reply
 end
 
+-- The encoded writes of a call, reused: a call reads only the first #order
+-- entries, which it has set.
+local packedT, ttlsT = {}, {}
+
 -- batch runs one batch: the entry point of both forms (see prelude.lua).
 local function batch(keys, argv)
 	if argv[1] ~= FORMAT then
@@ -230,7 +251,18 @@ local function batch(keys, argv)
 		now = tonumber(argv[2])
 	end
 	prefix, hash, replayTTL, grace = argv[3], argv[4], tonumber(argv[5]), tonumber(argv[6])
-	cache, written, order, mutated = {}, {}, {}, false
+	-- The tables of the previous call are emptied and reused: nothing
+	-- keeps them past a call.
+	for k in pairs(cache) do
+		cache[k] = nil
+	end
+	for k in pairs(written) do
+		written[k] = nil
+	end
+	for i = #order, 1, -1 do
+		order[i] = nil
+	end
+	mutated = false
 	current, argi = 0, 8
 
 	local ok, reply = pcall(evaluate)
@@ -244,7 +276,7 @@ local function batch(keys, argv)
 	-- Encode every write before issuing the first, so that nothing can fail
 	-- half way through.
 	local n = #order
-	local packed, ttls = {}, {}
+	local packed, ttls = packedT, ttlsT
 	for i = 1, n do
 		local rec = cache[order[i]]
 		if rec then

@@ -39,9 +39,11 @@
 -- So nothing at the chunk's top level may depend on a call: what a call
 -- needs (its clock, its keys and arguments, the records it has read) lives
 -- in the chunk-level locals declared for it (below, and at the top of
--- batch.lua), which batch() sets afresh at the start of every call. The
--- command families are built by functions that receive the batch's core
--- (S) and capture nothing else of a call; each is built when a batch
+-- batch.lua), which batch() sets afresh at the start of every call; its
+-- working tables (the records read, the writes, a lone hit's result) are
+-- emptied or overwritten then and reused rather than allocated anew.
+-- The command families are built by functions that receive the batch's
+-- core (S) and capture nothing else of a call; each is built when a batch
 -- first uses it, and kept for later calls in the library form. No
 -- constant table is ever changed in place.
 --
@@ -70,6 +72,13 @@
 -- {windows...}} with int a decimal string and windows flat quadruples
 -- {allowed, remaining, resetAt, retryAfter}; or {code, command, message}
 -- when a command failed and nothing was written (codes below).
+--
+-- A lone hit, the commonest batch, has a compact reply: a batch of one
+-- win.hit on one window without a replay record (ARGV[4] "") answers
+-- {0, allowed, remaining, resetAt, retryAfter, window's remaining,
+-- window's resetAt, window's retryAfter}. Its replayed is 0, its denied
+-- is not allowed, its window's allowed is the hit's, and its other fields
+-- are a hit's zeros; the Go side knows the shape from the batch it sent.
 
 local FORMAT = '1'
 
