@@ -16,7 +16,9 @@
 // A batch of the shape of nearly every rate-limit check, one win.hit of one
 // fixed, sliding or gcra window, perhaps followed by a kv.ttl of its key,
 // runs on its record directly instead of through the executor's buffered
-// writes, with the same results and effects.
+// writes, with the same results and effects. So does a batch of one
+// res.reserve without a receipt over counters that all exist, the shape of
+// every admission quota check.
 package memstore
 
 import (
@@ -219,6 +221,9 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		if done, err := s.runHit(sh, b, now, out); done {
 			return err
 		}
+	}
+	if reserveShape(b) && !s.noFastPath && s.runReserve(sh, b, now, out) {
+		return nil
 	}
 	v := &sh.view
 	v.reset(sh, b.Partition)
