@@ -163,15 +163,16 @@ func (sc *scratch) name(parts ...string) int {
 	return sc.nn - 1
 }
 
-// cut returns the names gathered by name, by index.
-func (sc *scratch) cut() (all string, names [maxQuotas + 1]string) {
-	all = string(sc.names)
+// cut returns the names gathered by name, by index: substrings of one
+// string.
+func (sc *scratch) cut() (names [maxQuotas + 1]string) {
+	all := string(sc.names)
 	start := 0
 	for i := range sc.nn {
 		names[i] = all[start:sc.ends[i]]
 		start = sc.ends[i]
 	}
-	return all, names
+	return names
 }
 
 func (sc *scratch) add(ax axis, id, key string, limit int64) {
@@ -244,7 +245,7 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 	if id.principal != "" {
 		prinPart = sc.name(f.principalPartition, id.principal)
 	}
-	_, names := sc.cut()
+	names := sc.cut()
 
 	var partition string
 	if id.source != "" {
@@ -272,9 +273,9 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 }
 
 // reserve reserves n on the budgets of sc from index from on, all in one
-// reserved partition (its whole name), in one atomic batch. A refusal is remembered and answered
-// with the first refusing axis. A share too small for n refuses without a
-// store call.
+// reserved partition (its whole name), in one atomic batch. A refusal is
+// remembered and answered with the first refusing axis. A share too small
+// for n refuses without a store call.
 func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partition string, from int, n, day int64, gens *[2]int64) error {
 	budgets := sc.budgets[from:sc.n]
 	for i := range budgets {
@@ -308,9 +309,9 @@ func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partitio
 }
 
 // refund gives back the charge of the first count budgets of sc, reserved
-// in partition (a reserved partition's whole name). The budgets keep their expiry (kv.incr keeps a live
-// record's TTL). Should the refund fail, the quotas stay charged: a
-// conservative error, logged.
+// in partition (a reserved partition's whole name). The budgets keep their
+// expiry (kv.incr keeps a live record's TTL). Should the refund fail, the
+// quotas stay charged: a conservative error, logged.
 func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition string, count int, n int64) {
 	for i := range count {
 		sc.cmds[i] = engine.Incr(sc.budgets[i].Key, -n, keyTTL)
