@@ -50,9 +50,10 @@ type family struct {
 	fair   bool
 	// limits are the daily shares of each fairness axis, in commands.
 	limits [numAxes]int64
-	// quotaPrefix and principalPrefix begin the names of the partitions
-	// holding the family's source and principal quotas.
-	quotaPrefix, principalPrefix string
+	// quotaPartition and principalPartition begin the names of the
+	// reserved partitions holding the family's source and principal
+	// quotas (whole names, as engine.ReservedPartition returns them).
+	quotaPartition, principalPartition string
 	// limited are the guard_limited answers, one per axis, built once so a
 	// denial allocates nothing.
 	limited [numAxes]error
@@ -129,13 +130,13 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 
 func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
 	f := &family{
-		name:            name,
-		allowance:       allowance,
-		chunk:           EffectiveChunk(cfg.Chunk, allowance),
-		warnAt:          max(1, (allowance*cfg.WarnPermille+999)/1000),
-		shares:          sh,
-		quotaPrefix:     "adm/q/" + name + "/",
-		principalPrefix: "adm/p/" + name + "/",
+		name:               name,
+		allowance:          allowance,
+		chunk:              EffectiveChunk(cfg.Chunk, allowance),
+		warnAt:             max(1, (allowance*cfg.WarnPermille+999)/1000),
+		shares:             sh,
+		quotaPartition:     engine.ReservedPartition("adm/q/" + name + "/"),
+		principalPartition: engine.ReservedPartition("adm/p/" + name + "/"),
 	}
 	for _, fair := range cfg.Fair {
 		f.fair = f.fair || fair == name

@@ -100,13 +100,13 @@ func (a *Admitter) ResetFairness(ctx context.Context, actor string, r ResetReque
 			}
 		}
 		var out engine.StepResult
-		if err := a.eng.ApplyReserved(ctx, f.quotaPrefix+name, &out, keys...); err != nil {
+		if err := a.eng.ApplyReservedPartition(ctx, f.quotaPartition+name, &out, keys...); err != nil {
 			return AuditRecord{}, a.unavailable("resetting a source quota", err)
 		}
 	}
 	if id.principal != "" {
 		var out engine.StepResult
-		if err := a.eng.ApplyReserved(ctx, f.principalPrefix+id.principal, &out, engine.Del(k.quotaKey(axisPrincipal, id.principal))); err != nil {
+		if err := a.eng.ApplyReservedPartition(ctx, f.principalPartition+id.principal, &out, engine.Del(k.quotaKey(axisPrincipal, id.principal))); err != nil {
 			return AuditRecord{}, a.unavailable("resetting a principal quota", err)
 		}
 	}

@@ -133,7 +133,8 @@ func (k *dayKeys) quotaKey(ax axis, id string) string {
 const maxQuotas = 2 + len(tierAxes)
 
 // scratch holds what charging one RPC needs, reused across RPCs so that an
-// admitted fair RPC allocates only the names of its quota records.
+// admitted fair RPC allocates only the names of its quota records, and
+// those in one piece.
 type scratch struct {
 	out     engine.StepResult
 	cmds    [maxQuotas]engine.Command
@@ -141,9 +142,38 @@ type scratch struct {
 	axes    [maxQuotas]axis
 	ids     [maxQuotas]string
 	n       int
+	// names gathers the names an RPC's batches use (its two reserved
+	// partitions and the keys of its source and tiers); ends[i] is where
+	// the i-th ends. One string made of all of them is cut into each, so
+	// that they cost one allocation rather than one each.
+	names []byte
+	ends  [maxQuotas + 1]int
+	nn    int
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// name appends a name made of parts to sc.names and returns its index.
+func (sc *scratch) name(parts ...string) int {
+	for _, p := range parts {
+		sc.names = append(sc.names, p...)
+	}
+	sc.ends[sc.nn] = len(sc.names)
+	sc.nn++
+	return sc.nn - 1
+}
+
+// cut returns the names gathered by name, by index: substrings of one
+// string.
+func (sc *scratch) cut() (names [maxQuotas + 1]string) {
+	all := string(sc.names)
+	start := 0
+	for i := range sc.nn {
+		names[i] = all[start:sc.ends[i]]
+		start = sc.ends[i]
+	}
+	return names
+}
 
 func (sc *scratch) add(ax axis, id, key string, limit int64) {
 	sc.budgets[sc.n] = engine.Budget{Key: key, Limit: limit, WindowMs: keyTTL}
@@ -156,7 +186,7 @@ func (sc *scratch) release() {
 	clear(sc.cmds[:sc.n])
 	clear(sc.budgets[:sc.n])
 	clear(sc.ids[:sc.n])
-	sc.n = 0
+	sc.n, sc.nn, sc.names = 0, 0, sc.names[:0]
 	scratches.Put(sc)
 }
 
@@ -191,17 +221,41 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 	defer sc.release()
 	var gens [2]int64
 	gens[sideSource], gens[sidePrincipal] = f.gen[sideSource].Load(), f.gen[sidePrincipal].Load()
-	var partition string
+
+	// The names first, all in one piece: the source partition (named by
+	// the coarsest tier present), the keys of the source and its tiers,
+	// the principal partition. The principal's key is the day's alone.
+	srcPart, prinPart := -1, -1
+	var keys [maxQuotas]int
 	if id.source != "" {
-		sc.add(axisSource, id.source, k.quotaKey(axisSource, id.source), f.limits[axisSource])
-		name := id.source
-		for i, t := range tierAxes {
+		coarsest := id.source
+		for i := range tierAxes {
 			if h := id.tiers[i]; h != "" {
-				sc.add(t.axis, h, k.quotaKey(t.axis, h), f.limits[t.axis])
-				name = h
+				coarsest = h
 			}
 		}
-		partition = f.quotaPrefix + name
+		srcPart = sc.name(f.quotaPartition, coarsest)
+		keys[0] = sc.name(k.quota[axisSource], id.source)
+		for i, t := range tierAxes {
+			if h := id.tiers[i]; h != "" {
+				keys[1+i] = sc.name(k.quota[t.axis], h)
+			}
+		}
+	}
+	if id.principal != "" {
+		prinPart = sc.name(f.principalPartition, id.principal)
+	}
+	names := sc.cut()
+
+	var partition string
+	if id.source != "" {
+		sc.add(axisSource, id.source, names[keys[0]], f.limits[axisSource])
+		for i, t := range tierAxes {
+			if h := id.tiers[i]; h != "" {
+				sc.add(t.axis, h, names[keys[1+i]], f.limits[t.axis])
+			}
+		}
+		partition = names[srcPart]
 		if err := a.reserve(ctx, f, sc, partition, 0, n, k.day, &gens); err != nil {
 			return err
 		}
@@ -211,7 +265,7 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 	}
 	charged := sc.n
 	sc.add(axisPrincipal, id.principal, k.quotaKey(axisPrincipal, id.principal), f.limits[axisPrincipal])
-	err := a.reserve(ctx, f, sc, f.principalPrefix+id.principal, charged, n, k.day, &gens)
+	err := a.reserve(ctx, f, sc, names[prinPart], charged, n, k.day, &gens)
 	if err != nil && charged > 0 {
 		a.refund(ctx, f, sc, partition, charged, n)
 	}
@@ -219,9 +273,9 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 }
 
 // reserve reserves n on the budgets of sc from index from on, all in one
-// partition, in one atomic batch. A refusal is remembered and answered
-// with the first refusing axis. A share too small for n refuses without a
-// store call.
+// reserved partition (its whole name), in one atomic batch. A refusal is
+// remembered and answered with the first refusing axis. A share too small
+// for n refuses without a store call.
 func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partition string, from int, n, day int64, gens *[2]int64) error {
 	budgets := sc.budgets[from:sc.n]
 	for i := range budgets {
@@ -230,7 +284,7 @@ func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partitio
 		}
 	}
 	sc.cmds[0] = engine.Reserve("", n, budgets...)
-	if err := a.eng.ApplyReserved(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
+	if err := a.eng.ApplyReservedPartition(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
 		return a.unavailable("reserving a fairness quota", err)
 	}
 	r := &sc.out.Results[0]
@@ -255,14 +309,14 @@ func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partitio
 }
 
 // refund gives back the charge of the first count budgets of sc, reserved
-// in partition. The budgets keep their expiry (kv.incr keeps a live
-// record's TTL). Should the refund fail, the quotas stay charged: a
-// conservative error, logged.
+// in partition (a reserved partition's whole name). The budgets keep their
+// expiry (kv.incr keeps a live record's TTL). Should the refund fail, the
+// quotas stay charged: a conservative error, logged.
 func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition string, count int, n int64) {
 	for i := range count {
 		sc.cmds[i] = engine.Incr(sc.budgets[i].Key, -n, keyTTL)
 	}
-	if err := a.eng.ApplyReserved(ctx, partition, &sc.out, sc.cmds[:count]...); err != nil {
+	if err := a.eng.ApplyReservedPartition(ctx, partition, &sc.out, sc.cmds[:count]...); err != nil {
 		a.log.Error("refunding a source quota failed; it stays charged", "family", f.name, "err", err)
 	}
 	// A concurrent RPC may have been refused for the charge just given

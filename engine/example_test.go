@@ -173,3 +173,31 @@ func ExampleAcquire() {
 	// worker-c: wait 20s
 	// worker-c: running, 0 slot(s) free
 }
+
+// A server keeps its own state in reserved partitions, which no request can
+// name. A caller that builds a partition's name on every call builds it
+// reserved once, from a prefix, and hands the whole name to
+// ApplyReservedPartition.
+func ExampleEngine_ApplyReservedPartition() {
+	eng, _ := newExampleEngine()
+	ctx := context.Background()
+	prefix := engine.ReservedPartition("quotas/") // once
+	var out engine.StepResult
+	for _, caller := range []string{"alice", "bob", "alice"} {
+		quota := engine.Budget{Key: "today", Limit: 2, WindowMs: 86_400_000}
+		if err := eng.ApplyReservedPartition(ctx, prefix+caller, &out, engine.Reserve("", 1, quota)); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(caller, out.Results[0].Remaining)
+	}
+	// The same state, named the other way.
+	if err := eng.ApplyReserved(ctx, "quotas/alice", &out, engine.Get("today")); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("alice has spent", out.Results[0].Value)
+	// Output:
+	// alice 1
+	// bob 1
+	// alice 0
+	// alice has spent 2
+}

@@ -30,7 +30,10 @@ type Config struct {
 	// PerCall is the number of rate-limit decisions one call carries; the
 	// floors carry one nominal decision (one request).
 	PerCall int
-	start   func(ctx context.Context, o Options) (instance, error)
+	// Group, when set, leaves the configuration out of a run that names
+	// none: it runs when named, or with its group (see Select).
+	Group string
+	start func(ctx context.Context, o Options) (instance, error)
 }
 
 // The configurations, in the order the harness runs them in each round.
@@ -45,7 +48,18 @@ const (
 	// RPC, as before envelopes.
 	Sluice1Single = "sluice-1-single"
 	Sluice32      = "sluice-32"
-	guberBatch    = 100
+	// The admission group: Sluice with 1 win.hit per RPC, admission off or
+	// on, on the durable store or on memstore.
+	Admission    = "admission"
+	AdmOff       = "adm-off"
+	AdmOn        = "adm-on"
+	AdmOffIDs    = "adm-off-identities"
+	AdmFair      = "adm-on-fair"
+	AdmMemOff    = "adm-mem-off"
+	AdmMemOn     = "adm-mem-on"
+	AdmMemOffIDs = "adm-mem-off-identities"
+	AdmMemFair   = "adm-mem-on-fair"
+	guberBatch   = 100
 	// sluiceSteps × sluiceCmds commands of one RPC: the request bound.
 	sluiceSteps = 4
 	sluiceCmds  = 8
@@ -62,27 +76,50 @@ func Configs() []Config {
 		{Name: Sluice1, Title: "Sluice, durable (fsync always), 1 win.hit per call, the default client (concurrent calls coalesced)", PerCall: 1, start: startSluice(1, 1, true)},
 		{Name: Sluice1Single, Title: "Sluice, durable (fsync always), 1 win.hit per call, each call its own RPC", PerCall: 1, start: startSluice(1, 1, false)},
 		{Name: Sluice32, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per call", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds, true)},
+		admissionConfig(AdmOff, "admission off", admissionMode{}),
+		admissionConfig(AdmOn, "admission on, one non-fair family", admissionMode{on: true}),
+		admissionConfig(AdmOffIDs, "admission off, each caller sending a source (with its tiers) and a principal of its own", admissionMode{identities: true}),
+		admissionConfig(AdmFair, "admission on, one fair family, each caller sending a source (with its tiers) and a principal of its own", admissionMode{on: true, fair: true, identities: true}),
+		admissionConfig(AdmMemOff, "admission off", admissionMode{mem: true}),
+		admissionConfig(AdmMemOn, "admission on, one non-fair family", admissionMode{on: true, mem: true}),
+		admissionConfig(AdmMemOffIDs, "admission off, each caller sending a source (with its tiers) and a principal of its own", admissionMode{identities: true, mem: true}),
+		admissionConfig(AdmMemFair, "admission on, one fair family, each caller sending a source (with its tiers) and a principal of its own", admissionMode{on: true, fair: true, identities: true, mem: true}),
 	}
 }
 
-// Select returns the configurations named in a comma-separated list, in run
-// order; an empty list selects all of them.
+// admissionConfig is a configuration of the admission group: 1 win.hit
+// per RPC on the durable store (fsync always) or on memstore.
+func admissionConfig(name, title string, adm admissionMode) Config {
+	store := "durable (fsync always)"
+	if adm.mem {
+		store = "memstore"
+	}
+	return Config{Name: name, Title: "Sluice, " + store + ", 1 win.hit per RPC, " + title, PerCall: 1, Group: Admission, start: startSluiceAdmission(1, 1, false, adm)}
+}
+
+// Select returns the configurations named in a comma-separated list of
+// configurations and groups, in run order; an empty list selects every
+// configuration outside a group.
 func Select(list string) ([]Config, error) {
 	all := Configs()
-	if strings.TrimSpace(list) == "" {
-		return all, nil
-	}
 	want := map[string]bool{}
-	for name := range strings.SplitSeq(list, ",") {
-		name = strings.TrimSpace(name)
-		found := false
+	if strings.TrimSpace(list) == "" {
 		for _, c := range all {
-			found = found || c.Name == name
+			want[c.Name] = c.Group == ""
 		}
-		if !found {
-			return nil, fmt.Errorf("rpcbench: unknown configuration %q", name)
+	} else {
+		for name := range strings.SplitSeq(list, ",") {
+			name = strings.TrimSpace(name)
+			found := false
+			for _, c := range all {
+				if c.Name == name || c.Group == name {
+					found, want[c.Name] = true, true
+				}
+			}
+			if !found {
+				return nil, fmt.Errorf("rpcbench: unknown configuration %q", name)
+			}
 		}
-		want[name] = true
 	}
 	var out []Config
 	for _, c := range all {

@@ -34,11 +34,20 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
-// TestSelect checks configuration selection by name.
+// TestSelect checks configuration selection by name and by group.
 func TestSelect(t *testing.T) {
 	all, err := Select("")
-	if err != nil || len(all) != len(Configs()) {
-		t.Fatalf("Select(\"\") = %d configurations, %v", len(all), err)
+	if err != nil || len(all) != len(Configs())-8 {
+		t.Fatalf("Select(\"\") = %d configurations, %v; want all but the 8 of the admission group", len(all), err)
+	}
+	for _, c := range all {
+		if c.Group != "" {
+			t.Errorf("Select(\"\") chose %s of group %s", c.Name, c.Group)
+		}
+	}
+	adm, err := Select(Admission + "," + HTTPFloor)
+	if err != nil || len(adm) != 9 || adm[0].Name != HTTPFloor || adm[1].Name != AdmOff || adm[8].Name != AdmMemFair {
+		t.Fatalf("Select(admission, http-floor) = %v, %v; want the floor and the group, in run order", adm, err)
 	}
 	got, err := Select(Sluice32 + ", " + HTTPFloor)
 	if err != nil || len(got) != 2 || got[0].Name != HTTPFloor || got[1].Name != Sluice32 {

@@ -10,13 +10,16 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/diskstore"
+	"github.com/sluicehq/sluice/store/memstore"
 )
 
 // The window every benchmark hit charges: a GCRA window (Sluice's token
@@ -35,14 +38,24 @@ const keysPerPartition = sluiceCmds
 type sluiceSystem struct {
 	steps, cmds int
 	coalesce    bool
+	adm         admissionMode
 	partitions  []string // partition names, by index
 	windowKeys  []string // window keys within a partition, by index
 
-	dir   string
-	store *diskstore.Store
-	http  *http.Server
-	cl    *client.Client
-	eng   *engine.Engine
+	dir     string
+	store   engine.Store
+	http    *http.Server
+	cl      *client.Client
+	eng     *engine.Engine
+	callers atomic.Int64 // numbers the callers' fairness identities
+}
+
+// admissionMode is what a Sluice configuration does about admission: the
+// server's Admitter, and whether each caller sends fairness identities.
+type admissionMode struct {
+	on, fair   bool // an Admitter; its family fair
+	identities bool // each caller sends a source (with its tiers) and a principal of its own
+	mem        bool // memstore instead of the durable diskstore
 }
 
 // startSluice returns the start function of a Sluice configuration: a real
@@ -52,8 +65,13 @@ type sluiceSystem struct {
 // fresh temporary directory, called through the client package, which
 // coalesces concurrent calls into envelopes unless coalesce is false.
 func startSluice(steps, cmds int, coalesce bool) func(context.Context, Options) (instance, error) {
+	return startSluiceAdmission(steps, cmds, coalesce, admissionMode{})
+}
+
+// startSluiceAdmission is startSluice with admission configured by adm.
+func startSluiceAdmission(steps, cmds int, coalesce bool, adm admissionMode) func(context.Context, Options) (instance, error) {
 	return func(ctx context.Context, o Options) (instance, error) {
-		s := &sluiceSystem{steps: steps, cmds: cmds, coalesce: coalesce}
+		s := &sluiceSystem{steps: steps, cmds: cmds, coalesce: coalesce, adm: adm}
 		nParts := max(o.Keys/keysPerPartition, steps)
 		s.partitions = make([]string, nParts)
 		for i := range s.partitions {
@@ -86,20 +104,24 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 	s.dir = dir
 	var addr string
 	err = asServer(ctx, func(context.Context) error {
-		cfg := diskstore.DefaultConfig() // fsync always
-		if o.Store != nil {
-			o.Store(&cfg)
-		}
-		cfg.Dir = dir
-		st, err := diskstore.Open(cfg)
+		st, err := s.openStore(o)
 		if err != nil {
 			return err
 		}
 		s.store = st
+		eng := engine.New(st)
 		scfg := server.DefaultConfig()
 		scfg.Secrets = []string{secret}
 		scfg.OperatorToken = token
-		srv, err := server.NewHTTPServer(server.New(engine.New(st), scfg), server.DefaultHTTPConfig())
+		if s.adm.on {
+			acfg := admission.DefaultConfig()
+			acfg.Total = algo.MaxLimit // never exhausted: every RPC measured is admitted
+			if s.adm.fair {
+				acfg.Fair = []string{admission.DefaultFamily}
+			}
+			scfg.Admission = admission.New(eng, acfg)
+		}
+		srv, err := server.NewHTTPServer(server.New(eng, scfg), server.DefaultHTTPConfig())
 		if err != nil {
 			return err
 		}
@@ -130,14 +152,43 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 	return nil
 }
 
+// openStore opens the configuration's store: the durable diskstore with
+// its default fsync policy (always) in s.dir, or memstore.
+func (s *sluiceSystem) openStore(o Options) (engine.Store, error) {
+	if s.adm.mem {
+		return memstore.New(memstore.DefaultConfig())
+	}
+	cfg := diskstore.DefaultConfig() // fsync always
+	if o.Store != nil {
+		o.Store(&cfg)
+	}
+	cfg.Dir = s.dir
+	return diskstore.Open(cfg)
+}
+
+// sluiceCaller is one caller's reusable request and the engine it calls
+// through: a view of the client carrying its own fairness identities when
+// the configuration sends them.
+type sluiceCaller struct {
+	req *engine.Request
+	eng *engine.Engine
+}
+
+// callerIdentity returns the n-th caller's source address and principal:
+// an IPv6 address in a /48 of its own, so that its source bucket and both
+// of its tiers are its alone, as are its principal's.
+func callerIdentity(n int64) (source, principal string) {
+	return fmt.Sprintf("2001:db8:%x::1", n), "principal-" + strconv.FormatInt(n, 10)
+}
+
 func hit(key string) engine.Command {
 	return engine.Hit(1, engine.Window{Key: key, Kind: algo.KindGCRA, Limit: BenchLimit, WindowMs: BenchWindow.Milliseconds()})
 }
 
-// request returns w's reusable request, built on first use.
-func (s *sluiceSystem) request(w *caller) *engine.Request {
-	if r, ok := w.scratch.(*engine.Request); ok {
-		return r
+// caller returns w's reusable request and engine, made on first use.
+func (s *sluiceSystem) caller(w *caller) *sluiceCaller {
+	if c, ok := w.scratch.(*sluiceCaller); ok {
+		return c
 	}
 	r := &engine.Request{Mode: engine.All, Steps: make([]engine.Step, s.steps)}
 	for i := range r.Steps {
@@ -146,12 +197,17 @@ func (s *sluiceSystem) request(w *caller) *engine.Request {
 			r.Steps[i].Commands[j] = hit(s.windowKeys[j])
 		}
 	}
-	w.scratch = r
-	return r
+	c := &sluiceCaller{req: r, eng: s.eng}
+	if s.adm.identities {
+		c.eng = engine.New(s.cl.WithFairness(callerIdentity(s.callers.Add(1))))
+	}
+	w.scratch = c
+	return c
 }
 
 func (s *sluiceSystem) call(ctx context.Context, w *caller) (int, error) {
-	r := s.request(w)
+	c := s.caller(w)
+	r := c.req
 	if s.steps == 1 && s.cmds == 1 {
 		// One hit on one of the Keys limiter keys, chosen at random.
 		k := w.rng.IntN(len(s.partitions) * keysPerPartition)
@@ -165,7 +221,7 @@ func (s *sluiceSystem) call(ctx context.Context, w *caller) (int, error) {
 		}
 	}
 	r.OperationID = "" // a fresh id per call, made by the client
-	resp, err := s.eng.Do(ctx, r)
+	resp, err := c.eng.Do(ctx, r)
 	if err != nil {
 		return 0, err
 	}

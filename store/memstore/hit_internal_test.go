@@ -38,6 +38,9 @@ func TestConformanceWithoutFastPath(t *testing.T) {
 // window, perhaps a kv.ttl of its key) with its neighbours (a log window,
 // two windows, a kv.ttl of another key, a replay record) and with records
 // of other kinds under the window keys, on a store small enough to fill.
+// The same holds for the reserve fast path: a res.reserve of one or two
+// budgets, with and without a receipt, over counters that exist, are
+// missing, have expired, do not parse or are windows.
 func TestFastPathMatchesExecutor(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		clock := testclock.New(time.UnixMilli(1_700_000_000_000))
@@ -56,6 +59,8 @@ func TestFastPathMatchesExecutor(t *testing.T) {
 		kinds := []algo.Kind{algo.KindFixed, algo.KindSliding, algo.KindGCRA, algo.KindLog}
 		keys := []string{"a", "b"}
 		partitions := []string{"p", "q", "r"}
+		// Half the runs are mostly reserves, over windows and values.
+		reserves := rapid.Bool().Draw(t, "reserves")
 
 		for i := range rapid.IntRange(1, 60).Draw(t, "batches") {
 			clock.Advance(time.Duration(rapid.IntRange(0, 3000).Draw(t, "advanceMs")) * time.Millisecond)
@@ -70,7 +75,18 @@ func TestFastPathMatchesExecutor(t *testing.T) {
 			w := window("w")
 			cost := int64(rapid.IntRange(0, 3).Draw(t, "cost"))
 			b := engine.Batch{Partition: rapid.SampledFrom(partitions).Draw(t, "partition")}
-			switch shape := rapid.IntRange(0, 6).Draw(t, "shape"); shape {
+			budget := func(label string) engine.Budget {
+				return engine.Budget{
+					Key:      rapid.SampledFrom(keys).Draw(t, label+"Key"),
+					Limit:    int64(rapid.IntRange(1, 5).Draw(t, label+"Limit")),
+					WindowMs: int64(rapid.IntRange(1, 5).Draw(t, label+"Seconds")) * 1000,
+				}
+			}
+			shape := rapid.IntRange(0, 6).Draw(t, "shape")
+			if reserves {
+				shape = rapid.IntRange(5, 12).Draw(t, "reserveShape")
+			}
+			switch shape {
 			case 0, 1:
 				b.Commands = []engine.Command{engine.Hit(cost, w)}
 			case 2, 3:
@@ -83,6 +99,17 @@ func TestFastPathMatchesExecutor(t *testing.T) {
 			case 6:
 				b.Commands = []engine.Command{engine.Hit(cost, w)}
 				b.OperationID, b.Step = "op", i
+			case 7, 8:
+				b.Commands = []engine.Command{engine.Reserve("", cost, budget("b1"))}
+			case 9, 10:
+				b.Commands = []engine.Command{engine.Reserve("", cost, budget("b1"), budget("b2"))}
+			case 11:
+				// A receipt, which the fast path leaves to the executor.
+				b.Commands = []engine.Command{engine.Reserve("rcpt", cost, budget("b1"))}
+			case 12:
+				// A counter, or a value that is not one, where a budget may be.
+				v := rapid.SampledFrom([]string{"0", "3", "-2", "x", "07"}).Draw(t, "value")
+				b.Commands = []engine.Command{engine.Set(rapid.SampledFrom(keys).Draw(t, "setKey"), v, int64(rapid.IntRange(1, 4).Draw(t, "setSeconds"))*1000)}
 			}
 			if err := b.Validate(); err != nil {
 				continue // a cost the window's kind refuses, or a repeated key

@@ -11,12 +11,16 @@
 // quota, lease or replay record) to make room. Expired records are removed
 // lazily: a batch removes at most 32 of them from its shard, and only when
 // the shard's earliest expiry has passed, so the hot path pays nothing for
-// expiry.
+// expiry; a shard whose last sweep found few expired records among many
+// pauses its sweeps for SweepPause, so that one always holding a few
+// expired records (windows of milliseconds) is not swept on every batch.
 //
 // A batch of the shape of nearly every rate-limit check, one win.hit of one
 // fixed, sliding or gcra window, perhaps followed by a kv.ttl of its key,
 // runs on its record directly instead of through the executor's buffered
-// writes, with the same results and effects.
+// writes, with the same results and effects. So does a batch of one
+// res.reserve without a receipt over counters that all exist, the shape of
+// every admission quota check.
 package memstore
 
 import (
@@ -27,12 +31,24 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/engine"
 )
 
 // SweepBatch is the most expired records one batch removes.
 const SweepBatch = 32
+
+// SweepPause is how long a shard's batches stop sweeping after a sweep that
+// examined 4 × SweepBatch records and found fewer than SweepBatch of them
+// expired. Without it, a shard that always holds some expired record (a
+// window of a few milliseconds, hit steadily) would sweep on every batch,
+// and an RPC making several batches would pay for several sweeps. Expired
+// records then make up less than about a quarter of such a shard, plus
+// what expires within one pause; a sweep that finds more keeps sweeping on
+// every millisecond, and a batch that needs room at capacity sweeps
+// regardless.
+const SweepPause = 100 * time.Millisecond
 
 // Config configures a Store. The zero value is not valid; start from
 // DefaultConfig.
@@ -87,10 +103,14 @@ type shard struct {
 	// nextExpiry is a lower bound on the earliest expiry in the shard:
 	// before it, nothing can be swept.
 	nextExpiry int64
-	exec       engine.Executor
-	view       view            // the partition being run, lent to exec
-	one        [1]engine.Write // the write runHit reserves a key for
-	_          [64]byte        // keep neighbouring shards' locks off one cache line
+	// pausedUntil is when batches may sweep the shard again after a sweep
+	// that found few expired records (see SweepPause); a batch that needs
+	// room at capacity ignores it.
+	pausedUntil int64
+	exec        engine.Executor
+	view        view            // the partition being run, lent to exec
+	one         [1]engine.Write // the write runHit reserves a key for
+	_           [64]byte        // keep neighbouring shards' locks off one cache line
 }
 
 // record is one stored record, held by pointer so that a write updates it
@@ -212,13 +232,16 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	defer sh.mu.Unlock()
 
 	now := engine.UnixMilli(s.clock)
-	if now >= sh.nextExpiry {
+	if now >= sh.nextExpiry && now >= sh.pausedUntil {
 		s.sweep(sh, now)
 	}
 	if hitShape(b) && !s.noFastPath {
 		if done, err := s.runHit(sh, b, now, out); done {
 			return err
 		}
+	}
+	if reserveShape(b) && !s.noFastPath && s.runReserve(sh, b, now, out) {
+		return nil
 	}
 	v := &sh.view
 	v.reset(sh, b.Partition)
@@ -344,6 +367,11 @@ func (s *Store) sweep(sh *shard, now int64) int {
 		// More may be expired: look again from the next millisecond, so a
 		// large shard is swept steadily without every batch paying for it.
 		sh.nextExpiry = now + 1
+		if removed < SweepBatch {
+			// Few of the records examined had expired: sweeping on every
+			// batch would cost more than those records do.
+			sh.pausedUntil = now + SweepPause.Milliseconds()
+		}
 	}
 	return removed
 }

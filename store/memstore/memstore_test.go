@@ -408,3 +408,49 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepPause checks that a sweep finding few expired records among
+// many pauses the shard's sweeps for SweepPause, and that a batch needing
+// room at capacity still reclaims them meanwhile.
+func TestSweepPause(t *testing.T) {
+	const live, expired = 200, 20 // a sweep examines 128: never 32 expired
+	f := newFixture(t, live+expired, 1)
+	for i := range live {
+		f.must("live", engine.Set("k"+strconv.Itoa(i), "v", 60_000))
+	}
+	for i := range expired {
+		f.must("short", engine.Set("k"+strconv.Itoa(i), "v", 1000))
+	}
+	f.clock.Advance(time.Second)
+
+	// The first sweep stops after 128 records, having found fewer than
+	// SweepBatch expired, and pauses.
+	f.absent("probe", "k")
+	paused := f.store.Len()
+	for range 10 {
+		f.clock.Advance(time.Millisecond)
+		f.absent("probe", "k")
+	}
+	if n := f.store.Len(); n != paused {
+		t.Fatalf("%d records after 10 ms of batches, want %d: no sweep within the pause", n, paused)
+	}
+	// At capacity, a new key still reclaims an expired record.
+	fills := 0
+	for ; f.store.Len() < live+expired; fills++ {
+		f.must("fill", engine.Set("f"+strconv.Itoa(fills), "v", 60_000))
+	}
+	if fills == 0 {
+		t.Fatal("the first sweep removed every expired record")
+	}
+	f.must("fill", engine.Set("one-more", "v", 60_000))
+	// After each pause, a batch sweeps again, until every expired record
+	// is gone.
+	for range 100 {
+		f.clock.Advance(memstore.SweepPause)
+		f.absent("probe", "k")
+	}
+	f.len(live + fills + 1)
+	for i := range live {
+		f.value("live", "k"+strconv.Itoa(i), "v")
+	}
+}

@@ -31,7 +31,7 @@ func main() {
 		clients  = flag.Int("clients", 64, "concurrent callers")
 		rounds   = flag.Int("rounds", 5, "rounds; every configuration runs once per round and the report gives medians")
 		keys     = flag.Int("keys", rpcbench.DefaultKeys, "distinct limiter keys the calls spread over")
-		only     = flag.String("only", "", "comma-separated configurations to run (default all): "+names())
+		only     = flag.String("only", "", "comma-separated configurations or groups to run (default all outside a group): "+names())
 		dir      = flag.String("dir", "", "parent of the durable store's temporary data directory (default the system temporary directory)")
 		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
@@ -70,6 +70,10 @@ func main() {
 	if policy != diskstore.SyncAlways {
 		fmt.Printf("NOTE: fsync %s is not the durable configuration the aims are set for.\n\n", policy)
 	}
+	for _, c := range cfgs {
+		fmt.Printf("- %s: %s\n", c.Name, c.Title)
+	}
+	fmt.Println()
 
 	sum := &rpcbench.Summary{Configs: cfgs}
 	failed := false
@@ -151,8 +155,13 @@ func loadAvg() string {
 
 func names() string {
 	var n []string
+	groups := map[string]bool{}
 	for _, c := range rpcbench.Configs() {
 		n = append(n, c.Name)
+		if c.Group != "" && !groups[c.Group] {
+			groups[c.Group] = true
+			n = append(n, "group "+c.Group)
+		}
 	}
 	return strings.Join(n, ", ")
 }
