@@ -17,5 +17,5 @@ func (e *Engine) ApplyReserved(ctx context.Context, name string, out *StepResult
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	return e.apply(ctx, &b, out) // a pooled copy: b would escape to the heap
+	return e.apply(ctx, &b, out, false) // a pooled copy: b would escape to the heap
 }

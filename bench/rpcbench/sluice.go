@@ -38,6 +38,7 @@ type sluiceSystem struct {
 	windowKeys  []string // window keys within a partition, by index
 
 	dir   string
+	fs    *syncCountingFS
 	store *diskstore.Store
 	http  *http.Server
 	cl    *client.Client
@@ -85,6 +86,8 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 	var addr string
 	err = asServer(ctx, func(context.Context) error {
 		cfg := diskstore.DefaultConfig() // fsync always
+		s.fs = newSyncCountingFS()
+		cfg.FS = s.fs
 		if o.Store != nil {
 			o.Store(&cfg)
 		}
@@ -123,6 +126,9 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 	s.eng = engine.New(s.cl)
 	return nil
 }
+
+// walSyncs returns the fsyncs of the store's write-ahead log so far.
+func (s *sluiceSystem) walSyncs() uint64 { return s.fs.walSyncs.Load() }
 
 func hit(key string) engine.Command {
 	return engine.Hit(1, engine.Window{Key: key, Kind: algo.KindGCRA, Limit: BenchLimit, WindowMs: BenchWindow.Milliseconds()})

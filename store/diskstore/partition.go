@@ -66,6 +66,12 @@ func (p *partition) apply(writes []engine.Write, seed maphash.Seed) {
 	}
 }
 
+// evictable reports whether p may leave memory: no caller holds it, and
+// nothing it holds awaits its fsync (a batch applied with ApplyDeferred no
+// longer pins it; a partition reloaded from disk would not know that its
+// state is not yet durable). Both counts rise only while p is pinned.
+func (p *partition) evictable() bool { return p.pins.Load() == 0 && p.unsynced.Load() == 0 }
+
 // shard is one of the store's partition maps with its recency list, most
 // recently used first.
 type shard struct {
@@ -132,7 +138,7 @@ func (s *Store) evictLRU(sh *shard, n int) {
 	p := sh.lru.prev
 	for budget := n + 8; n > 0 && budget > 0 && p != &sh.lru; budget-- {
 		prev := p.prev
-		if p.pins.Load() == 0 {
+		if p.evictable() {
 			sh.remove(p)
 			n--
 		}
@@ -150,7 +156,7 @@ func (s *Store) evictIdle(cutoff int64, limit int) (evicted int) {
 		p := sh.lru.prev
 		for n := 0; n < limit && p != &sh.lru && p.lastUsed.Load() < cutoff; n++ {
 			prev := p.prev
-			if p.pins.Load() == 0 {
+			if p.evictable() {
 				sh.remove(p)
 				evicted++
 			}
