@@ -170,10 +170,9 @@ func TestDeferredStepsWaitForOneFsync(t *testing.T) {
 			apply(t, s, fmt.Sprintf("x%d", i), engine.Get("n"))
 		}
 		for _, name := range []string{"a", "b", "c"} {
-			h := maphash.String(s.seed, name)
-			sh := s.shard(h)
+			sh := s.shard(maphash.String(s.seed, name))
 			sh.mu.Lock()
-			p := sh.find(h, name)
+			p := sh.parts[name]
 			sh.mu.Unlock()
 			if p == nil || p.unsynced.Load() == 0 {
 				t.Fatalf("partition %q: resident %v with unsynced state", name, p != nil)
