@@ -26,6 +26,9 @@ func (e *Engine) Store() Store { return e.store }
 
 // Do validates r and runs its steps. On error the response holds the steps
 // that completed before the failing one; the error names the failing step.
+// On a DeferredSyncStore a request of several steps waits for one Sync
+// before it returns; if that fails, the response holds no step and the
+// error wraps ErrUnavailable.
 func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
