@@ -170,9 +170,10 @@ func TestDeferredStepsWaitForOneFsync(t *testing.T) {
 			apply(t, s, fmt.Sprintf("x%d", i), engine.Get("n"))
 		}
 		for _, name := range []string{"a", "b", "c"} {
-			sh := s.shard(maphash.String(s.seed, name))
+			h := maphash.String(s.seed, name)
+			sh := s.shard(h)
 			sh.mu.Lock()
-			p := sh.parts[name]
+			p := sh.find(h, name)
 			sh.mu.Unlock()
 			if p == nil || p.unsynced.Load() == 0 {
 				t.Fatalf("partition %q: resident %v with unsynced state", name, p != nil)
