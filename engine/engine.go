@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -25,6 +26,9 @@ func (e *Engine) Store() Store { return e.store }
 
 // Do validates r and runs its steps. On error the response holds the steps
 // that completed before the failing one; the error names the failing step.
+// On a DeferredSyncStore a request of several steps waits for one Sync
+// before it returns; if that fails, the response holds no step and the
+// error wraps ErrUnavailable.
 func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
@@ -33,6 +37,11 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 		return rs.Do(ctx, r)
 	}
 	resp := &Response{Steps: make([]StepResult, len(r.Steps))}
+	// A request of several steps on a store that can defer its fsyncs runs
+	// every step without waiting for its own, then waits once for all.
+	ds, deferred := e.store.(DeferredSyncStore)
+	deferred = deferred && len(r.Steps) > 1
+	pending := false // a deferred step has run: Sync before answering
 	denied := false
 	for i := range r.Steps {
 		st := &r.Steps[i]
@@ -44,17 +53,37 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 		if r.OperationID != "" {
 			h, err := st.Hash()
 			if err != nil {
-				return nil, err
+				return nil, e.settle(ctx, ds, pending, err)
 			}
 			b.Hash = h
 		}
-		if err := e.apply(ctx, &b, &resp.Steps[i]); err != nil {
+		if err := e.apply(ctx, &b, &resp.Steps[i], deferred); err != nil {
 			resp.Steps = resp.Steps[:i]
-			return resp, fmt.Errorf("step %d: %w", i, err)
+			err = fmt.Errorf("step %d: %w", i, err)
+			if serr := e.settle(ctx, ds, pending, nil); serr != nil {
+				resp.Steps, err = resp.Steps[:0], errors.Join(err, serr)
+			}
+			return resp, err
 		}
+		pending = pending || deferred
 		denied = denied || resp.Steps[i].Denied
 	}
+	if err := e.settle(ctx, ds, pending, nil); err != nil {
+		return &Response{}, err
+	}
 	return resp, nil
+}
+
+// settle makes the deferred steps of a request durable, if any ran, and
+// returns err, or the failure to make them durable.
+func (e *Engine) settle(ctx context.Context, ds DeferredSyncStore, pending bool, err error) error {
+	if !pending {
+		return err
+	}
+	if serr := ds.Sync(ctx); serr != nil {
+		return errors.Join(err, serr)
+	}
+	return err
 }
 
 // Apply validates and runs one batch on one partition, without a replay
@@ -66,18 +95,24 @@ func (e *Engine) Apply(ctx context.Context, partition string, out *StepResult, c
 	if err := b.Validate(); err != nil {
 		return err
 	}
-	return e.apply(ctx, &b, out)
+	return e.apply(ctx, &b, out, false)
 }
 
 // apply hands a copy of b to the store. The store is called through an
 // interface, so the compiler cannot prove that it keeps no pointer to the
 // Batch it is given, and would move a caller's Batch to the heap on every
 // call; a pooled copy keeps Apply free of allocations. A store keeps no
-// reference to a Batch after its Apply returns.
-func (e *Engine) apply(ctx context.Context, b *Batch, out *StepResult) error {
+// reference to a Batch after its Apply returns. deferred runs it with
+// ApplyDeferred; the store is then a DeferredSyncStore.
+func (e *Engine) apply(ctx context.Context, b *Batch, out *StepResult, deferred bool) error {
 	pb := batches.Get().(*Batch)
 	*pb = *b
-	err := e.store.Apply(ctx, pb, out)
+	var err error
+	if deferred {
+		err = e.store.(DeferredSyncStore).ApplyDeferred(ctx, pb, out)
+	} else {
+		err = e.store.Apply(ctx, pb, out)
+	}
 	*pb = Batch{} // hold no reference to the caller's commands while pooled
 	batches.Put(pb)
 	return err

@@ -54,7 +54,7 @@ func (x *Executor) Run(v View, now int64, b *Batch, out *StepResult) ([]Write, e
 	if replay != "" && x.mutated {
 		start := len(x.arena)
 		x.arena = append(x.arena, b.Hash[:]...)
-		x.arena = out.AppendJSON(x.arena)
+		x.arena = appendReplay(x.arena, out)
 		x.put(replay, RecReplay, now+ReplayTTL.Milliseconds(), x.arena[start:len(x.arena):len(x.arena)])
 	}
 	return x.pending, nil
@@ -67,6 +67,14 @@ func decodeReplay(rec Record, hash [32]byte, out *StepResult) error {
 	if !bytes.Equal(rec.Data[:len(hash)], hash[:]) {
 		return ErrOperationConflict
 	}
+	if data := rec.Data[len(hash):]; len(data) > 0 && data[0] == replayCompact {
+		if err := decodeReplayCompact(data[1:], out); err != nil {
+			return err
+		}
+		out.Replayed = true
+		return nil
+	}
+	// A record written as JSON, before the compact form.
 	// Unmarshal decodes into the elements a reused out still holds past its
 	// length, keeping every field the record omits: zero them first.
 	clear(out.Results[:cap(out.Results)])

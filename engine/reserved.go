@@ -35,5 +35,5 @@ func (e *Engine) ApplyReservedPartition(ctx context.Context, partition string, o
 		return err
 	}
 	b := Batch{Partition: partition, Commands: cmds}
-	return e.apply(ctx, &b, out) // a pooled copy: b would escape to the heap
+	return e.apply(ctx, &b, out, false) // a pooled copy: b would escape to the heap
 }

@@ -24,6 +24,24 @@ type Store interface {
 	Close() error
 }
 
+// DeferredSyncStore is implemented by a store whose commits wait for an
+// fsync (the embedded store under its default policy) and that can run a
+// batch without that wait. Engine.Do uses it for a request of several
+// steps: every step runs with ApplyDeferred and the request waits once, at
+// its end, with Sync, so n steps cost one fsync wait instead of n in a row.
+// No answer rests on state a crash could lose: Do answers only after Sync.
+type DeferredSyncStore interface {
+	Store
+	// ApplyDeferred is Apply, except that it may return before the batch's
+	// effects, and the state it read, are durable.
+	ApplyDeferred(ctx context.Context, b *Batch, out *StepResult) error
+	// Sync returns once every batch whose ApplyDeferred returned before
+	// the call is durable, with the state it read; an error wraps
+	// ErrUnavailable (or is ErrClosed), and then those batches' outcome is
+	// unknown.
+	Sync(ctx context.Context) error
+}
+
 // Batch is one step as a store sees it.
 type Batch struct {
 	Partition string

@@ -64,6 +64,9 @@ type Result struct {
 	// CPU is the CPU time (user and system) the whole process — servers and
 	// callers — used during the measured time; zero where not measured.
 	CPU time.Duration
+	// WALSyncs counts the durable store's write-ahead log fsyncs during the
+	// measured time; zero for systems without one.
+	WALSyncs uint64
 	// FirstErr is the first error met, if any.
 	FirstErr error
 }
@@ -97,6 +100,27 @@ func (r Result) CPUPerDecision() time.Duration {
 		return 0
 	}
 	return r.CPU / time.Duration(n)
+}
+
+// CallsPerWALSync returns the calls answered per write-ahead log fsync:
+// how many commits Pebble's group commit puts behind one fsync. Zero when
+// the system made no fsync.
+func (r Result) CallsPerWALSync() float64 {
+	if r.WALSyncs == 0 {
+		return 0
+	}
+	return float64(r.Calls) / float64(r.WALSyncs)
+}
+
+// walSyncer is an instance with a durable store that counts its
+// write-ahead log's fsyncs.
+type walSyncer interface{ walSyncs() uint64 }
+
+func walSyncs(inst instance) uint64 {
+	if w, ok := inst.(walSyncer); ok {
+		return w.walSyncs()
+	}
+	return 0
 }
 
 // instance is a running system under test with its callers' client.
@@ -213,6 +237,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		})
 	}
 	var measured, cpu time.Duration
+	var syncs uint64
 	if timed {
 		if !sleep(ctx, o.Warmup) {
 			phase.Store(phaseDone)
@@ -226,19 +251,19 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 				return Result{}, err
 			}
 		}
-		cpu0, t0 := processCPU(), time.Now()
+		cpu0, syncs0, t0 := processCPU(), walSyncs(inst), time.Now()
 		phase.Store(phaseMeasure)
 		sleep(ctx, o.Duration)
 		phase.Store(phaseDone)
-		measured, cpu = time.Since(t0), processCPU()-cpu0
+		measured, cpu, syncs = time.Since(t0), processCPU()-cpu0, walSyncs(inst)-syncs0
 		if o.CPUProfile != nil {
 			pprof.StopCPUProfile()
 		}
 		wg.Wait()
 	} else {
-		cpu0 := processCPU()
+		cpu0, syncs0 := processCPU(), walSyncs(inst)
 		wg.Wait()
-		measured, cpu = time.Since(start), processCPU()-cpu0
+		measured, cpu, syncs = time.Since(start), processCPU()-cpu0, walSyncs(inst)-syncs0
 	}
 	var h stats.Histogram
 	for _, w := range callers {
@@ -248,6 +273,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		Config: cfg.Name, PerCall: cfg.PerCall,
 		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
 		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: cpu,
+		WALSyncs: syncs,
 		FirstErr: firstErr,
 	}
 	return res, ctx.Err()

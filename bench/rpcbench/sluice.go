@@ -43,6 +43,7 @@ type sluiceSystem struct {
 	windowKeys  []string // window keys within a partition, by index
 
 	dir     string
+	fs      *syncCountingFS // counts the log's fsyncs; nil on memstore
 	store   engine.Store
 	http    *http.Server
 	cl      *client.Client
@@ -159,6 +160,8 @@ func (s *sluiceSystem) openStore(o Options) (engine.Store, error) {
 		return memstore.New(memstore.DefaultConfig())
 	}
 	cfg := diskstore.DefaultConfig() // fsync always
+	s.fs = newSyncCountingFS()
+	cfg.FS = s.fs
 	if o.Store != nil {
 		o.Store(&cfg)
 	}
@@ -179,6 +182,15 @@ type sluiceCaller struct {
 // of its tiers are its alone, as are its principal's.
 func callerIdentity(n int64) (source, principal string) {
 	return fmt.Sprintf("2001:db8:%x::1", n), "principal-" + strconv.FormatInt(n, 10)
+}
+
+// walSyncs returns the fsyncs of the store's write-ahead log so far (none
+// on memstore).
+func (s *sluiceSystem) walSyncs() uint64 {
+	if s.fs == nil {
+		return 0
+	}
+	return s.fs.walSyncs.Load()
 }
 
 func hit(key string) engine.Command {

@@ -36,15 +36,22 @@ type request struct {
 	// wake tells a queued caller that its round has run (false) or that it
 	// leads the next round (true).
 	wake chan bool
+	// deferred: the caller (ApplyDeferred) does not wait for the round's
+	// fsync; it will call Sync.
+	deferred bool
 }
 
 // round is one leader's round: what its callers wait for after it ran.
 type round struct {
+	p       *partition
 	pb      *pebble.Batch // awaiting its fsync; nil if there is none to wait for
 	barrier bool          // wrote nothing but read state not yet fsynced
+	waiters int           // callers that wait for the fsync (not deferred)
 	durable sync.WaitGroup
-	err     error        // the fsync's failure, set before durable is released
-	refs    atomic.Int32 // callers still to read err
+	err     error // the fsync's failure, set before durable is released
+	// refs counts the round's callers still to read it, and its finisher
+	// (see finish); the last one recycles it.
+	refs atomic.Int32
 }
 
 // run takes r through a round on p and returns its outcome.
@@ -65,11 +72,22 @@ func (s *Store) run(p *partition, r *request) error {
 	if rd == nil {
 		return r.err
 	}
+	if r.deferred {
+		err := r.err
+		s.release(rd)
+		return err
+	}
 	rd.durable.Wait()
 	err := r.err
 	if err == nil {
 		err = rd.err
 	}
+	s.release(rd)
+	return err
+}
+
+// release drops one reference to rd, recycling it with the last.
+func (s *Store) release(rd *round) {
 	if rd.refs.Add(-1) == 0 {
 		if rd.pb != nil {
 			_ = rd.pb.Close()
@@ -77,7 +95,45 @@ func (s *Store) run(p *partition, r *request) error {
 		*rd = round{}
 		s.rounds.Put(rd)
 	}
-	return err
+}
+
+// finish waits for rd's fsync (or, for a barrier, for the log's), records
+// its outcome and releases its waiting callers.
+func (s *Store) finish(rd *round) {
+	switch {
+	case rd.pb != nil:
+		err := rd.pb.SyncWait()
+		rd.p.unsynced.Add(-1)
+		if err != nil {
+			rd.err = s.fail(err)
+		}
+	case rd.barrier && rd.waiters > 0:
+		rd.err = s.syncLog()
+	}
+	rd.durable.Done()
+	s.release(rd)
+}
+
+// syncer finishes the rounds whose leader did not wait for their fsync
+// (ApplyDeferred), in the order they were queued. Close stops it after
+// every Apply has returned, so it drains the queue before it returns.
+func (s *Store) syncer() {
+	defer s.bg.Done()
+	for {
+		select {
+		case rd := <-s.syncq:
+			s.finish(rd)
+		case <-s.done:
+			for {
+				select {
+				case rd := <-s.syncq:
+					s.finish(rd)
+				default:
+					return
+				}
+			}
+		}
+	}
 }
 
 // lead runs one round on p, with me and the batches queued so far (me
@@ -118,17 +174,12 @@ func (s *Store) lead(p *partition, me *request, queued bool) {
 	if rd == nil {
 		return
 	}
-	switch {
-	case rd.pb != nil:
-		err := rd.pb.SyncWait()
-		p.unsynced.Add(-1)
-		if err != nil {
-			rd.err = s.fail(err)
-		}
-	case rd.barrier:
-		rd.err = s.syncLog()
+	if me.deferred && (rd.pb != nil || rd.barrier && rd.waiters > 0) {
+		// The leader goes on at once; the syncer waits for the fsync.
+		s.syncq <- rd
+		return
 	}
-	rd.durable.Done()
+	s.finish(rd)
 }
 
 // round evaluates w.reqs on p, commits their writes and applies them to
@@ -169,8 +220,14 @@ func (s *Store) round(p *partition, w *worker) *round {
 	}
 	view.s, view.p, view.writes = nil, nil, nil
 	rd := s.rounds.Get().(*round)
-	rd.refs.Store(int32(len(w.reqs)))
+	rd.p = p
+	rd.refs.Store(int32(len(w.reqs)) + 1)
 	rd.durable.Add(1)
+	for _, r := range w.reqs {
+		if !r.deferred {
+			rd.waiters++
+		}
+	}
 	if len(w.writes) == 0 {
 		rd.barrier = s.always && p.unsynced.Load() > 0
 		return rd

@@ -52,6 +52,15 @@
 // after them, and a round that writes nothing (denials, reads, replayed
 // results) but saw unsynced state waits for that state's fsync.
 //
+// A request of several steps does not wait for each step's fsync in turn:
+// the Store is an engine.DeferredSyncStore, so engine.Engine.Do runs every
+// step with ApplyDeferred (which returns once the step is in the log and
+// in memory; a goroutine of the store waits for its fsync) and then calls
+// Sync once, which returns when the log is fsynced past everything the
+// steps wrote or read. The request is answered after that, so it costs one
+// fsync wait instead of one per step, with the same guarantee. A partition
+// holding state not yet fsynced is not evicted from memory meanwhile.
+//
 // If an fsync fails, memory is ahead of the disk and Pebble's log refuses
 // every later write: the store fails stop. Every later call returns an
 // error wrapping engine.ErrUnavailable, and reopening the directory

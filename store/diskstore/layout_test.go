@@ -170,3 +170,37 @@ func TestPresenceHasNoFalseNegatives(t *testing.T) {
 		t.Errorf("%d false positives in %d lookups with %d partitions present", falsePositives, n, n)
 	}
 }
+
+// TestShardChainsSharedHashes checks the shard map's handling of names
+// sharing a hash, which the store's 64-bit seeded hash makes too rare to
+// meet by chance: each is found under its own name, and removing any one
+// leaves the others.
+func TestShardChainsSharedHashes(t *testing.T) {
+	for remove := range 3 {
+		var sh shard
+		sh.init()
+		ps := []*partition{{name: "a", hash: 7}, {name: "b", hash: 7}, {name: "c", hash: 7}, {name: "d", hash: 8}}
+		for _, p := range ps {
+			sh.insert(p)
+			sh.pushFront(p)
+		}
+		sh.remove(ps[remove])
+		if sh.n != 3 {
+			t.Fatalf("removing %q: %d resident, want 3", ps[remove].name, sh.n)
+		}
+		for i, p := range ps {
+			got := sh.find(p.hash, p.name)
+			if want := p; i == remove {
+				want = nil
+				if got != want {
+					t.Fatalf("removing %q: still found", p.name)
+				}
+			} else if got != want {
+				t.Fatalf("removing %q: find(%q) = %v", ps[remove].name, p.name, got)
+			}
+		}
+		if sh.find(7, "e") != nil {
+			t.Fatal("found a name never inserted")
+		}
+	}
+}

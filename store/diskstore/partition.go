@@ -31,14 +31,15 @@ type partition struct {
 	// unsynced counts the batches applied to recs whose log record is not
 	// yet fsynced (SyncAlways only).
 	unsynced atomic.Int32
+	leading  bool // a round is in progress or about to start; guarded by qmu
 	// lastUsed is the store-clock instant of the last batch, in Unix ms.
 	lastUsed atomic.Int64
 
 	prev, next *partition // the shard's recency list, guarded by its lock
+	same       *partition // the next partition of the shard with the same hash
 
-	qmu     sync.Mutex
-	queue   []*request // batches waiting for the next round
-	leading bool       // a round is in progress or about to start
+	qmu   sync.Mutex
+	queue []*request // batches waiting for the next round
 }
 
 // apply copies committed writes into memory; seed is the store's.
@@ -66,18 +67,47 @@ func (p *partition) apply(writes []engine.Write, seed maphash.Seed) {
 	}
 }
 
+// evictable reports whether p may leave memory: no caller holds it, and
+// nothing it holds awaits its fsync (a batch applied with ApplyDeferred no
+// longer pins it; a partition reloaded from disk would not know that its
+// state is not yet durable). Both counts rise only while p is pinned.
+func (p *partition) evictable() bool { return p.pins.Load() == 0 && p.unsynced.Load() == 0 }
+
 // shard is one of the store's partition maps with its recency list, most
-// recently used first.
+// recently used first. The map is keyed by the partitions' hashes, not
+// their names: a lookup or a growing map then reads no name but the one
+// found, and partitions whose names share a hash (never seen in practice:
+// the hash is 64 bits, seeded per store) are chained through same.
 type shard struct {
 	mu    sync.Mutex
-	parts map[string]*partition
+	parts map[uint64]*partition
+	n     int       // partitions in parts
 	lru   partition // sentinel: lru.next is the most recent, lru.prev the least
 	_     [64]byte  // keep neighbouring shards' locks off one cache line
 }
 
 func (sh *shard) init() {
-	sh.parts = make(map[string]*partition)
+	sh.parts = make(map[uint64]*partition)
 	sh.lru.next, sh.lru.prev = &sh.lru, &sh.lru
+}
+
+// find returns the resident partition named name, whose hash is hash, or
+// nil.
+func (sh *shard) find(hash uint64, name string) *partition {
+	for p := sh.parts[hash]; p != nil; p = p.same {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// insert adds p, which is not resident, to the map (not to the recency
+// list).
+func (sh *shard) insert(p *partition) {
+	p.same = sh.parts[p.hash]
+	sh.parts[p.hash] = p
+	sh.n++
 }
 
 func (sh *shard) pushFront(p *partition) {
@@ -92,7 +122,21 @@ func (sh *shard) unlink(p *partition) {
 
 func (sh *shard) remove(p *partition) {
 	sh.unlink(p)
-	delete(sh.parts, p.name)
+	switch head := sh.parts[p.hash]; {
+	case head == p && p.same == nil:
+		delete(sh.parts, p.hash)
+	case head == p:
+		sh.parts[p.hash] = p.same
+	default:
+		for q := head; q != nil; q = q.same {
+			if q.same == p {
+				q.same = p.same
+				break
+			}
+		}
+	}
+	p.same = nil
+	sh.n--
 }
 
 func (s *Store) shard(hash uint64) *shard { return &s.shards[hash%shardCount] }
@@ -105,13 +149,13 @@ func (s *Store) pin(name string) *partition {
 	hash := maphash.String(s.seed, name)
 	sh := s.shard(hash)
 	sh.mu.Lock()
-	p := sh.parts[name]
+	p := sh.find(hash, name)
 	if p == nil {
 		p = &partition{name: strings.Clone(name), hash: hash}
-		sh.parts[p.name] = p
+		sh.insert(p)
 		sh.pushFront(p)
 		p.pins.Add(1)
-		if over := len(sh.parts) - s.perShard; over > 0 {
+		if over := sh.n - s.perShard; over > 0 {
 			s.evictLRU(sh, over)
 		}
 	} else {
@@ -132,7 +176,7 @@ func (s *Store) evictLRU(sh *shard, n int) {
 	p := sh.lru.prev
 	for budget := n + 8; n > 0 && budget > 0 && p != &sh.lru; budget-- {
 		prev := p.prev
-		if p.pins.Load() == 0 {
+		if p.evictable() {
 			sh.remove(p)
 			n--
 		}
@@ -150,7 +194,7 @@ func (s *Store) evictIdle(cutoff int64, limit int) (evicted int) {
 		p := sh.lru.prev
 		for n := 0; n < limit && p != &sh.lru && p.lastUsed.Load() < cutoff; n++ {
 			prev := p.prev
-			if p.pins.Load() == 0 {
+			if p.evictable() {
 				sh.remove(p)
 				evicted++
 			}
@@ -166,7 +210,7 @@ func (s *Store) evictIdle(cutoff int64, limit int) (evicted int) {
 func (s *Store) unpinShell(p *partition) {
 	sh := s.shard(p.hash)
 	sh.mu.Lock()
-	if p.pins.Add(-1) == 0 && !p.loaded.Load() && sh.parts[p.name] == p {
+	if p.pins.Add(-1) == 0 && !p.loaded.Load() && sh.find(p.hash, p.name) == p {
 		sh.remove(p)
 	}
 	sh.mu.Unlock()
@@ -178,7 +222,7 @@ func (s *Store) Resident() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.parts)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n

@@ -2,9 +2,16 @@ package diskstore
 
 import "sync/atomic"
 
-// presenceBits is the size of the presence filter: 4 MiB, enough to keep
-// false positives near 1 in 6,000 for a million partitions.
-const presenceBits = 1 << 25
+// presenceBits is the size of the presence filter: 4 MiB. It is cut into
+// blocks of one 64-byte cache line, and a partition's four bits all lie in
+// one block, so a lookup or an addition touches one cache line instead of
+// four; false positives stay near 1 in 4,600 for a million partitions
+// (against 1 in 6,300 with the bits spread over the whole filter).
+const (
+	presenceBits  = 1 << 25
+	blockWords    = 8 // 512 bits: one cache line
+	presenceWords = presenceBits / 64
+)
 
 // presence is a Bloom filter of the partitions that may have rows on disk.
 // A partition it has never seen has none, so its first batch skips the
@@ -13,20 +20,20 @@ const presenceBits = 1 << 25
 // negatives; it never forgets, so deleted partitions are cleared only when
 // the store is next opened. A false positive costs one prefix scan.
 type presence struct {
-	words []atomic.Uint64
+	words []atomic.Uint64 // page-aligned, as every large allocation is
 }
 
 func newPresence() *presence {
-	return &presence{words: make([]atomic.Uint64, presenceBits/64)}
+	return &presence{words: make([]atomic.Uint64, presenceWords)}
 }
 
-// positions returns the filter's four bit positions for hash h, by double
-// hashing.
+// positions returns the filter's four bit positions for hash h: the block
+// from its low 16 bits, the bits within it from the next 36.
 func positions(h uint64) [4]uint64 {
-	h1, h2 := h&0xffffffff, h>>32|1
+	block := h % (presenceWords / blockWords) * (blockWords * 64)
 	var p [4]uint64
 	for i := range p {
-		p[i] = (h1 + uint64(i)*h2) % presenceBits
+		p[i] = block + h>>(16+9*i)&511
 	}
 	return p
 }

@@ -35,6 +35,8 @@ type Store struct {
 	requests sync.Pool // *request
 	rounds   sync.Pool // *round
 	present  *presence
+	// syncq holds the rounds whose fsync the syncer waits for.
+	syncq chan *round
 	// seq numbers the expiry index entries (see layout.go): it keeps new
 	// entries at the end of their bucket; it may wrap.
 	seq atomic.Uint32
@@ -84,6 +86,7 @@ func Open(cfg Config) (*Store, error) {
 		perShard: max(1, cfg.MaxResident/shardCount),
 		done:     make(chan struct{}),
 		present:  newPresence(),
+		syncq:    make(chan *round, syncQueue),
 	}
 	s.replaysCleared.Store(math.MinInt64)
 	if s.clock == nil {
@@ -112,8 +115,9 @@ func Open(cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
 	go s.background()
+	go s.syncer()
 	return s, nil
 }
 
@@ -186,6 +190,43 @@ func (s *Store) writeFormat() error {
 // Apply does not observe ctx once it has queued its batch: a commit in
 // flight cannot be abandoned.
 func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	return s.apply(ctx, b, out, false)
+}
+
+// ApplyDeferred is Apply without the wait for the fsync of the batch's
+// round under SyncAlways: it returns once the batch is in Pebble's log and
+// memory. A caller makes what it applied durable with Sync before it
+// answers anyone. See engine.DeferredSyncStore.
+//
+// Until its fsync completes the partition is not evicted from memory (a
+// reloaded partition would not know its state is unsynced).
+func (s *Store) ApplyDeferred(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	return s.apply(ctx, b, out, true)
+}
+
+// Sync returns once everything every batch so far wrote or read is
+// fsynced. Under SyncOnInterval and SyncNever it returns at once, as
+// Apply does. See engine.DeferredSyncStore.
+func (s *Store) Sync(ctx context.Context) error {
+	if !s.always {
+		return nil
+	}
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed.Load() {
+		return engine.ErrClosed
+	}
+	if err := s.failure(); err != nil {
+		return err
+	}
+	return s.syncLog()
+}
+
+// syncQueue bounds the rounds awaiting the syncer; a leader that finds it
+// full waits for room.
+const syncQueue = 1024
+
+func (s *Store) apply(ctx context.Context, b *engine.Batch, out *engine.StepResult, deferred bool) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed.Load() {
@@ -200,7 +241,7 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	p := s.pin(b.Partition)
 	defer p.pins.Add(-1)
 	r := s.requests.Get().(*request)
-	r.b, r.out, r.w = b, out, s.workers.Get().(*worker)
+	r.b, r.out, r.w, r.deferred = b, out, s.workers.Get().(*worker), deferred && s.always
 	err := s.run(p, r)
 	s.workers.Put(r.w)
 	*r = request{wake: r.wake}

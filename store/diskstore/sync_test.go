@@ -1,6 +1,8 @@
 package diskstore
 
 import (
+	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +94,102 @@ func TestAnswersWaitForTheirFsync(t *testing.T) {
 		}
 		if out := <-read; out.Results[0].Value != "2" {
 			t.Errorf("get = %q, want 2", out.Results[0].Value)
+		}
+	})
+}
+
+// TestDeferredStepsWaitForOneFsync holds the write-ahead log's fsync and
+// checks that a request of several steps runs them all (each with
+// ApplyDeferred, which returns before its fsync) but is answered only after
+// the fsync, that a read of what it wrote waits too, and that a partition
+// holding unsynced deferred state is not evicted meanwhile.
+func TestDeferredStepsWaitForOneFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalled atomic.Bool
+		release := make(chan struct{})
+		cfg := DefaultConfig()
+		cfg.Dir = "db"
+		cfg.FS = stalledLog(&stalled, release)
+		cfg.Clock = testclock.At(t0)
+		cfg.MaxResident = 64 // one partition per shard
+		s, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		var once sync.Once
+		unstall := func() {
+			once.Do(func() {
+				stalled.Store(false)
+				close(release)
+			})
+		}
+		defer unstall()
+		eng := engine.New(s)
+		apply(t, s, "a", engine.Incr("n", 1, 60_000))
+
+		stalled.Store(true)
+		// ApplyDeferred returns with its fsync pending.
+		var out engine.StepResult
+		b := &engine.Batch{Partition: "c", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+		if err := s.ApplyDeferred(t.Context(), b, &out); err != nil || out.Results[0].Int != 1 {
+			t.Fatalf("ApplyDeferred = %+v, %v", out, err)
+		}
+		done := make(chan *engine.Response, 1)
+		go func() {
+			resp, err := eng.Do(t.Context(), &engine.Request{OperationID: engine.NewOperationID(), Mode: engine.All, Steps: []engine.Step{
+				{Partition: "a", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}},
+				{Partition: "b", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}},
+			}})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- resp
+		}()
+		synctest.Wait()
+		read := make(chan engine.StepResult, 1)
+		go func() {
+			var out engine.StepResult
+			if err := eng.Apply(t.Context(), "a", &out, engine.Get("n")); err != nil {
+				t.Error(err)
+			}
+			read <- out
+		}()
+		synctest.Wait()
+		select {
+		case resp := <-done:
+			t.Fatalf("the request was answered (%+v) before its fsync", resp)
+		case out := <-read:
+			t.Fatalf("a read of unsynced state was answered (%+v) before the fsync", out)
+		default:
+		}
+		// Both steps ran, and the partitions holding their unsynced state
+		// stayed in memory although new partitions pushed them out of their
+		// shards' share.
+		for i := range 256 {
+			apply(t, s, fmt.Sprintf("x%d", i), engine.Get("n"))
+		}
+		for _, name := range []string{"a", "b", "c"} {
+			h := maphash.String(s.seed, name)
+			sh := s.shard(h)
+			sh.mu.Lock()
+			p := sh.find(h, name)
+			sh.mu.Unlock()
+			if p == nil || p.unsynced.Load() == 0 {
+				t.Fatalf("partition %q: resident %v with unsynced state", name, p != nil)
+			}
+		}
+
+		unstall()
+		resp := <-done
+		if resp.Steps[0].Results[0].Int != 2 || resp.Steps[1].Results[0].Int != 1 {
+			t.Errorf("steps = %+v", resp.Steps)
+		}
+		if out := <-read; out.Results[0].Value != "2" {
+			t.Errorf("get = %q, want 2", out.Results[0].Value)
+		}
+		if err := s.Sync(t.Context()); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -93,6 +93,9 @@ func main() {
 			line := fmt.Sprintf("round %d %-15s %10.0f calls/s %12.0f decisions/s  p50 %7.2f ms  p99 %7.2f ms  cpu %6.1f µs/decision %.2f cores  errors %d  denied %d  load %s",
 				round+1, c.Name, r.CallsPerSec(), r.DecisionsPerSec(), ms(r.P50), ms(r.P99),
 				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg())
+			if r.WALSyncs > 0 {
+				line += fmt.Sprintf("  WAL fsyncs %.0f/s, %.1f calls each", float64(r.WALSyncs)/r.Elapsed.Seconds(), r.CallsPerWALSync())
+			}
 			if r.FirstErr != nil {
 				line += fmt.Sprintf("  first error: %v", r.FirstErr)
 			}
