@@ -32,7 +32,9 @@ func startRedisFleet(t *testing.T, n int, store string, extra ...string) *redisF
 	secret := "secret-" + strings.Repeat("s", 40)
 	for range n {
 		f.servers = append(f.servers, startServer(t, serverOptions{
-			Args:   append([]string{"--store", store}, extra...),
+			// The tests check what is shared, not how fast: a call may
+			// take 10 s on a busy machine (the default is 750 ms).
+			Args:   append([]string{"--store", store, "--redis-timeout", "10s"}, extra...),
 			Env:    []string{"SLUICE_SECRETS=" + secret, "SLUICE_OPERATOR_TOKEN=" + f.token},
 			Secret: secret,
 		}))
