@@ -22,6 +22,7 @@ func freshConfig(clock engine.Clock) redisstore.Config {
 	cfg := redisstore.DefaultConfig()
 	cfg.Prefix = "t" + strconv.FormatInt(stores.Add(1), 10)
 	cfg.Clock = clock
+	cfg.Pipeline = -1 // every batch alone; see pipelined
 	// The suite checks semantics, not latency: on a machine busy with other
 	// work a call may take longer than the production default.
 	cfg.Timeout = 10 * time.Second
@@ -56,6 +57,49 @@ func TestConformanceScripts(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
 		s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		redisstore.UseScripts(s)
+		return s
+	})
+}
+
+// pipelined is a store configuration that coalesces concurrent batches
+// into pipelines: one round trip in flight, so that any concurrency in the
+// suite queues.
+func pipelined(clock engine.Clock) redisstore.Config {
+	cfg := freshConfig(clock)
+	cfg.Pipeline = 1
+	return cfg
+}
+
+func TestConformancePipelined(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), pipelined(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformancePipelinedCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClusterClient(cl.Options()), pipelined(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformancePipelinedScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), pipelined(clock))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,263 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/store/redisstore"
+)
+
+// gate is a go-redis hook that counts the round trips of batches — single
+// FCALLs and pipelines — and can hold the next single FCALL until
+// released, so that the batches arriving meanwhile queue.
+type gate struct {
+	hold      atomic.Bool
+	held      chan struct{} // closed when a held FCALL is waiting
+	release   chan struct{}
+	singles   atomic.Int64 // FCALLs sent alone
+	pipelines atomic.Int64 // pipelines sent
+	piped     atomic.Int64 // FCALLs sent in pipelines
+	// mutate, when set, may alter a pipeline's commands before they
+	// are sent.
+	mutate func([]redis.Cmder)
+}
+
+func newGate() *gate {
+	return &gate{held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "fcall" {
+			g.singles.Add(1)
+			if g.hold.CompareAndSwap(true, false) {
+				close(g.held)
+				<-g.release
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 0 || cmds[0].Name() != "fcall" {
+			return next(ctx, cmds) // a connection's set-up
+		}
+		g.pipelines.Add(1)
+		g.piped.Add(int64(len(cmds)))
+		if g.mutate != nil {
+			g.mutate(cmds)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// gatedStore returns a store coalescing batches behind one round trip in
+// flight, on a client with g as a hook; the function library is loaded
+// and the counters are zero.
+func gatedStore(t *testing.T, g *gate) (*redisstore.Store, *engine.Engine) {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := redis.NewClient(srv.Options())
+	client.AddHook(g)
+	cfg := freshConfig(nil)
+	cfg.Pipeline = 1
+	s, err := redisstore.New(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	eng := engine.New(s)
+	var out engine.StepResult
+	if err := eng.Apply(t.Context(), "warm", &out, engine.Get("k")); err != nil {
+		t.Fatal(err)
+	}
+	g.singles.Store(0)
+	return s, eng
+}
+
+// waitQueued waits until n batches are queued behind the held FCALL.
+func waitQueued(t *testing.T, s *redisstore.Store, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for redisstore.Queued(s) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d batches queued after a minute, want %d", redisstore.Queued(s), n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not timing
+	}
+}
+
+func hit(key string) engine.Command { return hitN(key, 1) }
+
+func hitN(key string, cost int64) engine.Command {
+	return engine.Hit(cost, engine.Window{Key: key, Kind: algo.KindFixed, Limit: 100, WindowMs: 60_000})
+}
+
+// TestPipelineCoalesces holds the one round trip allowed in flight while
+// more batches arrive: they queue and go out as a single pipeline, and
+// each caller gets its own result.
+func TestPipelineCoalesces(t *testing.T) {
+	g := newGate()
+	s, eng := gatedStore(t, g)
+	g.hold.Store(true)
+	const n = 20
+	errs := make([]error, n)
+	outs := make([]engine.StepResult, n)
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = eng.Apply(t.Context(), "p0", &outs[0], hit("k"), hit("k0")) })
+	<-g.held
+	for i := 1; i < n; i++ {
+		wg.Go(func() {
+			p := "p" + strconv.Itoa(i)
+			errs[i] = eng.Apply(t.Context(), p, &outs[i], hitN("k", int64(i+1)), hit("k"+strconv.Itoa(i)))
+		})
+	}
+	waitQueued(t, s, n-1)
+	close(g.release)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("batch %d: %v", i, errs[i])
+		}
+		// Batch i's partition's k was hit with a cost of i+1, its own
+		// key with 1.
+		res := outs[i].Results
+		if len(res) != 2 {
+			t.Fatalf("batch %d: %d results, want 2", i, len(res))
+		}
+		if got := res[0].Remaining; got != int64(100-(i+1)) {
+			t.Errorf("batch %d: k remaining %d, want %d", i, got, 100-(i+1))
+		}
+		if got := res[1].Remaining; got != 99 {
+			t.Errorf("batch %d: own key remaining %d, want 9", i, got)
+		}
+	}
+	if singles, pipes, piped := g.singles.Load(), g.pipelines.Load(), g.piped.Load(); singles != 1 || pipes != 1 || piped != n-1 {
+		t.Errorf("%d batches took %d single FCALLs and %d pipelines of %d FCALLs, want 1 and 1 of %d", n, singles, pipes, piped, n-1)
+	}
+}
+
+// TestPipelineQueuedCancel cancels a caller while its batch is queued: it
+// returns at once with ErrUnavailable, and the others are unaffected.
+func TestPipelineQueuedCancel(t *testing.T) {
+	g := newGate()
+	s, eng := gatedStore(t, g)
+	g.hold.Store(true)
+	const n = 5
+	errs := make([]error, n)
+	outs := make([]engine.StepResult, n)
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = eng.Apply(t.Context(), "p0", &outs[0], hit("k")) })
+	<-g.held
+	ctx, cancel := context.WithCancel(t.Context())
+	cancelled := make(chan error, 1)
+	go func() {
+		var out engine.StepResult
+		cancelled <- eng.Apply(ctx, "gone", &out, hit("k"))
+	}()
+	waitQueued(t, s, 1)
+	for i := 1; i < n; i++ {
+		wg.Go(func() { errs[i] = eng.Apply(t.Context(), "p"+strconv.Itoa(i), &outs[i], hit("k")) })
+	}
+	waitQueued(t, s, n)
+	cancel()
+	// The round trip in flight is still held: the cancelled caller
+	// returns without waiting for it.
+	if err := <-cancelled; !errors.Is(err, engine.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v, want ErrUnavailable wrapping context.Canceled", err)
+	}
+	close(g.release)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("batch %d: %v", i, errs[i])
+		}
+		if r := outs[i].Results; len(r) != 1 || !r[0].Allowed || r[0].Remaining != 99 {
+			t.Errorf("batch %d: %+v, want one allowed hit leaving 99", i, r)
+		}
+	}
+	// The cancelled batch was dropped from the queue before it was sent.
+	if pipes, piped := g.pipelines.Load(), g.piped.Load(); pipes != 1 || piped != n-1 {
+		t.Errorf("%d pipelines of %d FCALLs, want 1 of %d", pipes, piped, n-1)
+	}
+	var out engine.StepResult
+	if err := eng.Apply(t.Context(), "gone", &out, engine.Get("x"), hit("k")); err != nil {
+		t.Fatal(err)
+	}
+	if r := out.Results[1]; r.Remaining != 99 {
+		t.Errorf("the cancelled batch's key: remaining %d after one more hit, want 99 (it never ran)", r.Remaining)
+	}
+}
+
+// TestPipelineCommandError plants a key of the wrong type under one
+// partition and makes Redis refuse another partition's command: each fails
+// only its own caller, and the batches pipelined with them succeed.
+func TestPipelineCommandError(t *testing.T) {
+	g := newGate()
+	s, eng := gatedStore(t, g)
+	var out engine.StepResult
+	if err := eng.Apply(t.Context(), "typed", &out, engine.Set("k", "v", 60_000)); err != nil {
+		t.Fatal(err)
+	}
+	g.singles.Store(0)
+	// Redis refuses the FCALL of partition "refused": its key count is
+	// no number.
+	g.mutate = func(cmds []redis.Cmder) {
+		for _, cmd := range cmds {
+			if args := cmd.Args(); strings.Contains(fmt.Sprint(args...), "refused") {
+				args[2] = "many"
+			}
+		}
+	}
+	g.hold.Store(true)
+	parts := []string{"p0", "p1", "typed", "p2", "refused", "p3"}
+	errs := make([]error, len(parts))
+	outs := make([]engine.StepResult, len(parts))
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = eng.Apply(t.Context(), parts[0], &outs[0], hit("k")) })
+	<-g.held
+	for i := 1; i < len(parts); i++ {
+		wg.Go(func() { errs[i] = eng.Apply(t.Context(), parts[i], &outs[i], hit("k")) })
+	}
+	waitQueued(t, s, len(parts)-1)
+	close(g.release)
+	wg.Wait()
+	for i, p := range parts {
+		switch p {
+		case "typed":
+			if !errors.Is(errs[i], engine.ErrWrongType) {
+				t.Errorf("%s: %v, want ErrWrongType", p, errs[i])
+			}
+		case "refused":
+			var rerr redis.Error
+			if !errors.Is(errs[i], engine.ErrUnavailable) || !errors.As(errs[i], &rerr) {
+				t.Errorf("%s: %v, want ErrUnavailable wrapping Redis's error", p, errs[i])
+			}
+		default:
+			if errs[i] != nil {
+				t.Errorf("%s: %v", p, errs[i])
+			} else if r := outs[i].Results; len(r) != 1 || !r[0].Allowed || r[0].Remaining != 99 {
+				t.Errorf("%s: %+v, want one allowed hit leaving 99", p, r)
+			}
+		}
+	}
+	if pipes, piped := g.pipelines.Load(), g.piped.Load(); pipes != 1 || piped != int64(len(parts)-1) {
+		t.Errorf("%d pipelines of %d FCALLs, want 1 of %d", pipes, piped, len(parts)-1)
+	}
+}
