@@ -22,7 +22,6 @@ func freshConfig(clock engine.Clock) redisstore.Config {
 	cfg := redisstore.DefaultConfig()
 	cfg.Prefix = "t" + strconv.FormatInt(stores.Add(1), 10)
 	cfg.Clock = clock
-	cfg.Pipeline = -1 // every batch alone; see pipelined
 	// The suite checks semantics, not latency: on a machine busy with other
 	// work a call may take longer than the production default.
 	cfg.Timeout = 10 * time.Second
@@ -66,12 +65,41 @@ func TestConformanceScripts(t *testing.T) {
 }
 
 // pipelined is a store configuration that coalesces concurrent batches
-// into pipelines: one round trip in flight, so that any concurrency in the
-// suite queues.
+// into pipelines behind one round trip in flight, so that any concurrency
+// in the suite queues. (freshConfig coalesces behind DefaultPipeline.)
 func pipelined(clock engine.Clock) redisstore.Config {
 	cfg := freshConfig(clock)
 	cfg.Pipeline = 1
 	return cfg
+}
+
+// alone is a store configuration that sends every batch alone.
+func alone(clock engine.Clock) redisstore.Config {
+	cfg := freshConfig(clock)
+	cfg.Pipeline = -1
+	return cfg
+}
+
+func TestConformanceAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), alone(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformanceAloneCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClusterClient(cl.Options()), alone(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
 }
 
 func TestConformancePipelined(t *testing.T) {
