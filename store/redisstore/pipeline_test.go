@@ -1,9 +1,12 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -260,4 +263,125 @@ func TestPipelineCommandError(t *testing.T) {
 	if pipes, piped := g.pipelines.Load(), g.piped.Load(); pipes != 1 || piped != int64(len(parts)-1) {
 		t.Errorf("%d pipelines of %d FCALLs, want 1 of %d", pipes, piped, len(parts)-1)
 	}
+}
+
+// cutConn passes everything through until cut is set: then, after the next
+// write of an FCALL, it waits for Redis to answer (so the command ran),
+// drops the answer and the connection, and reports io.EOF — a connection
+// that broke after Redis ran the command, which go-redis may retry.
+type cutConn struct {
+	net.Conn
+	cut     *atomic.Bool
+	pending bool
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	if err == nil && bytes.Contains(bytes.ToLower(b), []byte("fcall")) && c.cut.CompareAndSwap(true, false) {
+		c.pending = true
+	}
+	return n, err
+}
+
+func (c *cutConn) Read(b []byte) (int, error) {
+	if c.pending {
+		c.pending = false
+		_, _ = c.Conn.Read(make([]byte, 1<<16)) // Redis answered: it ran the command
+		c.Conn.Close()
+		return 0, io.EOF
+	}
+	return c.Conn.Read(b)
+}
+
+// TestClusterNeverResends breaks a cluster connection after Redis ran a
+// batch, alone and in a pipeline: a cluster client retries such a
+// command or pipeline up to MaxRedirects times whatever MaxRetries says,
+// and the store must keep it from running the batch twice.
+func TestClusterNeverResends(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	var cut atomic.Bool
+	opts := cl.Options()
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cutConn{Conn: conn, cut: &cut}, nil
+	}
+	client := redis.NewClusterClient(opts)
+	g := newGate()
+	client.AddHook(g)
+	cfg := freshConfig(nil)
+	cfg.Pipeline = 1
+	s, err := redisstore.New(client, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	var out engine.StepResult
+	// Load the library on every master before cutting anything.
+	for i := range 8 {
+		if err := eng.Apply(t.Context(), "warm"+strconv.Itoa(i), &out, engine.Get("k")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("alone", func(t *testing.T) {
+		cut.Store(true)
+		if err := eng.Apply(t.Context(), "alone", &out, hit("k")); !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("a batch whose connection broke: %v, want ErrUnavailable", err)
+		}
+		if err := eng.Apply(t.Context(), "alone", &out, hit("k")); err != nil {
+			t.Fatal(err)
+		}
+		if r := out.Results[0].Remaining; r != 98 {
+			t.Errorf("after the broken batch and one more hit: remaining %d, want 98 (the broken one ran once)", r)
+		}
+	})
+
+	t.Run("pipelined", func(t *testing.T) {
+		g.hold.Store(true)
+		const n = 12
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		p := func(i int) string { return "q" + strconv.Itoa(i) }
+		wg.Go(func() {
+			var out engine.StepResult
+			errs[0] = eng.Apply(t.Context(), p(0), &out, hit("k"))
+		})
+		<-g.held
+		for i := 1; i < n; i++ {
+			wg.Go(func() {
+				var out engine.StepResult
+				errs[i] = eng.Apply(t.Context(), p(i), &out, hit("k"))
+			})
+		}
+		waitQueued(t, s, n-1)
+		// Break the pipeline's first write to a node.
+		g.mutate = func([]redis.Cmder) { cut.Store(true) }
+		close(g.release)
+		wg.Wait()
+		failed := 0
+		for i := range n {
+			if errs[i] != nil {
+				if !errors.Is(errs[i], engine.ErrUnavailable) {
+					t.Errorf("batch %d: %v, want ErrUnavailable", i, errs[i])
+				}
+				failed++
+			}
+			if err := eng.Apply(t.Context(), p(i), &out, hit("k")); err != nil {
+				t.Fatal(err)
+			}
+			// A batch that failed ran once or not at all; one that
+			// succeeded, once.
+			if r := out.Results[0].Remaining; r != 98 && (errs[i] == nil || r != 99) {
+				t.Errorf("partition %s: remaining %d after its batch (error %v) and one more hit: it ran %d times", p(i), r, errs[i], 99-r)
+			}
+		}
+		if failed == 0 {
+			t.Error("no batch saw the broken connection")
+		}
+	})
 }

@@ -237,8 +237,9 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	return nil
 }
 
-// eval runs the batch: by FCALL of the function library (sent with Do, so
-// that the command is built in the call's reused slice), loading it where
+// eval runs the batch: by FCALL of the function library (built in the
+// call's reused slice, and sent as a command go-redis never resends; see
+// noRetryCmd), loading it where
 // the server lacks it (a fresh server, a restart without persistence,
 // FUNCTION FLUSH); on a server without functions, by EVALSHA of the script,
 // loading it with EVAL on NOSCRIPT. Loading the library costs one call per
