@@ -53,7 +53,6 @@ type coalescer struct {
 type pending struct {
 	ctx   context.Context
 	c     *call
-	loads uint64
 	reply any
 	err   error
 	done  chan struct{}
