@@ -45,7 +45,7 @@ func (g *gate) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "fcall" {
+		if isBatch(cmd) {
 			g.singles.Add(1)
 			if g.hold.CompareAndSwap(true, false) {
 				close(g.held)
@@ -58,7 +58,7 @@ func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) == 0 || cmds[0].Name() != "fcall" {
+		if len(cmds) == 0 || !isBatch(cmds[0]) {
 			return next(ctx, cmds) // a connection's set-up
 		}
 		g.pipelines.Add(1)
@@ -70,12 +70,23 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	}
 }
 
+// isBatch reports whether cmd runs a batch.
+func isBatch(cmd redis.Cmder) bool { return cmd.Name() == "fcall" || cmd.Name() == "evalsha" }
+
 // gatedStore returns a store coalescing batches behind one round trip in
 // flight, on a client with g as a hook; the function library is loaded
 // and the counters are zero.
 func gatedStore(t *testing.T, g *gate) (*redisstore.Store, *engine.Engine) {
 	t.Helper()
+	s, eng, _ := gatedStoreOn(t, g)
+	return s, eng
+}
+
+// gatedStoreOn is gatedStore that also returns a client of its server.
+func gatedStoreOn(t *testing.T, g *gate) (*redisstore.Store, *engine.Engine, *redis.Client) {
+	t.Helper()
 	srv := redistest.Start(t)
+	admin := srv.Client(t)
 	client := redis.NewClient(srv.Options())
 	client.AddHook(g)
 	cfg := freshConfig(nil)
@@ -91,7 +102,7 @@ func gatedStore(t *testing.T, g *gate) (*redisstore.Store, *engine.Engine) {
 		t.Fatal(err)
 	}
 	g.singles.Store(0)
-	return s, eng
+	return s, eng, admin
 }
 
 // waitQueued waits until n batches are queued behind the held FCALL.
@@ -384,4 +395,56 @@ func TestClusterNeverResends(t *testing.T) {
 			t.Error("no batch saw the broken connection")
 		}
 	})
+}
+
+// TestPipelineRecovers empties the server's functions, or its script
+// cache, just before a pipeline is sent: every command of the pipeline is
+// refused, and each batch recovers as a batch sent alone does (loading the
+// library, or EVAL after NOSCRIPT), with its own result.
+func TestPipelineRecovers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scripts bool
+		flush   func(context.Context, *redis.Client) error
+	}{
+		{"functions flushed", false, func(ctx context.Context, c *redis.Client) error { return c.FunctionFlush(ctx).Err() }},
+		{"scripts flushed", true, func(ctx context.Context, c *redis.Client) error { return c.ScriptFlush(ctx).Err() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGate()
+			s, eng, admin := gatedStoreOn(t, g)
+			if tc.scripts {
+				redisstore.UseScripts(s)
+			}
+			var flushErr error
+			g.mutate = func([]redis.Cmder) { flushErr = tc.flush(context.Background(), admin) }
+			g.hold.Store(true)
+			const n = 8
+			errs := make([]error, n)
+			outs := make([]engine.StepResult, n)
+			var wg sync.WaitGroup
+			wg.Go(func() { errs[0] = eng.Apply(t.Context(), "p0", &outs[0], hit("k")) })
+			<-g.held
+			for i := 1; i < n; i++ {
+				wg.Go(func() { errs[i] = eng.Apply(t.Context(), "p"+strconv.Itoa(i), &outs[i], hitN("k", int64(i+1))) })
+			}
+			waitQueued(t, s, n-1)
+			close(g.release)
+			wg.Wait()
+			if flushErr != nil {
+				t.Fatal(flushErr)
+			}
+			for i := range n {
+				if errs[i] != nil {
+					t.Fatalf("batch %d: %v", i, errs[i])
+				}
+				if r := outs[i].Results; len(r) != 1 || !r[0].Allowed || r[0].Remaining != int64(100-(i+1)) {
+					t.Errorf("batch %d: %+v, want one allowed hit leaving %d", i, r, 100-(i+1))
+				}
+			}
+			if pipes, piped := g.pipelines.Load(), g.piped.Load(); pipes != 1 || piped != n-1 {
+				t.Errorf("%d pipelines of %d batches, want 1 of %d", pipes, piped, n-1)
+			}
+		})
+	}
 }
