@@ -27,6 +27,7 @@ package redisbench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"encoding/csv"
@@ -55,6 +56,8 @@ import (
 const (
 	Sluice1        = "sluice-1"
 	Sluice8        = "sluice-8"
+	Sluice1Piped   = "sluice-1-piped"
+	Sluice8Piped   = "sluice-8-piped"
 	RawScript      = "raw-script"
 	RedisRate      = "redis_rate"
 	RedisBenchmark = "redis-benchmark-P16"
@@ -79,8 +82,10 @@ type Config struct {
 // Configs returns every configuration, in run order.
 func Configs() []Config {
 	return []Config{
-		{Name: Sluice1, Title: "Sluice redisstore, 1 win.hit (GCRA) per batch", PerCall: 1, start: startSluice(1)},
-		{Name: Sluice8, Title: "Sluice redisstore, 8 win.hit (GCRA) on one partition per batch", PerCall: batch, start: startSluice(batch)},
+		{Name: Sluice1, Title: "Sluice redisstore, 1 win.hit (GCRA) per batch", PerCall: 1, start: startSluice(1, false)},
+		{Name: Sluice1Piped, Title: "sluice-1 with Config.Pipeline (-coalesce)", PerCall: 1, start: startSluice(1, true)},
+		{Name: Sluice8, Title: "Sluice redisstore, 8 win.hit (GCRA) on one partition per batch", PerCall: batch, start: startSluice(batch, false)},
+		{Name: Sluice8Piped, Title: "sluice-8 with Config.Pipeline (-coalesce)", PerCall: batch, start: startSluice(batch, true)},
 		{Name: RawScript, Title: "EVALSHA of a minimal 2-key token-bucket script, go-redis", PerCall: 1, start: startRaw},
 		{Name: RedisRate, Title: "go-redis/redis_rate v10 Allow (GCRA)", PerCall: 1, start: startRedisRate},
 		{Name: RedisBenchmark, Title: "the same token-bucket script, redis-benchmark -P 16", PerCall: 1, External: true},
@@ -130,7 +135,13 @@ type Options struct {
 	Keys int
 	// Pipeline is redis-benchmark's -P (default 16).
 	Pipeline int
+	// Coalesce is the Config.Pipeline of the -piped configurations
+	// (default DefaultCoalesce).
+	Coalesce int
 }
+
+// DefaultCoalesce is the default Options.Coalesce.
+const DefaultCoalesce = redisstore.DefaultPipeline
 
 // Result is one measurement of one configuration.
 type Result struct {
@@ -415,10 +426,14 @@ type sluiceInst struct {
 	outs       sync.Pool
 }
 
-func startSluice(perCall int) func(context.Context, *Server, Options) (instance, error) {
+func startSluice(perCall int, piped bool) func(context.Context, *Server, Options) (instance, error) {
 	return func(ctx context.Context, srv *Server, o Options) (instance, error) {
 		cfg := redisstore.DefaultConfig()
 		cfg.Timeout = callTimeout
+		cfg.Pipeline = -1
+		if piped {
+			cfg.Pipeline = cmp.Or(o.Coalesce, DefaultCoalesce)
+		}
 		st, err := redisstore.New(newClient(srv, o), cfg)
 		if err != nil {
 			return nil, err

@@ -32,6 +32,11 @@ func Decisions(r Result) float64 { return r.DecisionsPerSec() }
 // ScriptUsec is Result.UsecPerDecision as a function value.
 func ScriptUsec(r Result) float64 { return r.UsecPerDecision() }
 
+// ClientCPU is Result.ClientCPUPerDecision in microseconds.
+func ClientCPU(r Result) float64 {
+	return float64(r.ClientCPUPerDecision()) / float64(time.Microsecond)
+}
+
 // ServerCPU is Result.CPUPerDecision in microseconds.
 func ServerCPU(r Result) float64 { return float64(r.CPUPerDecision()) / float64(time.Microsecond) }
 
@@ -80,6 +85,12 @@ var Aims = []Aim{
 	{Text: "sluice-8 ≥ 3× sluice-1 (decisions/s)", Num: Sluice8, Den: Sluice1, Measure: Decisions, Want: 3},
 	{Text: "sluice-8 script time ≤ 10 µs per decision", Num: Sluice8, Measure: ScriptUsec, Want: 10, AtMost: true},
 	{Text: "sluice-1 script time, µs per decision, vs the raw script", Num: Sluice1, Den: RawScript, Measure: ScriptUsec},
+	{Text: "sluice-1-piped vs sluice-1 (decisions/s)", Num: Sluice1Piped, Den: Sluice1, Measure: Decisions},
+	{Text: "sluice-1-piped vs raw script, go-redis (decisions/s)", Num: Sluice1Piped, Den: RawScript, Measure: Decisions},
+	{Text: "sluice-1-piped vs redis_rate (decisions/s)", Num: Sluice1Piped, Den: RedisRate, Measure: Decisions},
+	{Text: "sluice-1-piped vs raw script, redis-benchmark -P 16 (decisions/s)", Num: Sluice1Piped, Den: RedisBenchmark, Measure: Decisions},
+	{Text: "sluice-8-piped vs sluice-8 (decisions/s)", Num: Sluice8Piped, Den: Sluice8, Measure: Decisions},
+	{Text: "sluice-1-piped vs sluice-1, client CPU per decision", Num: Sluice1Piped, Den: Sluice1, Measure: ClientCPU},
 }
 
 // WriteAims writes each aim's ratio of medians (or median), the per-round

@@ -26,11 +26,12 @@ type redisFlags struct {
 	AllowEviction    bool
 	WaitReplicas     int
 	WaitTimeout      time.Duration
+	Pipeline         int
 }
 
 func defaultRedisFlags() redisFlags {
 	d := redisstore.DefaultConfig()
-	return redisFlags{Prefix: d.Prefix, Timeout: d.Timeout, WaitTimeout: redisstore.DefaultWaitTimeout}
+	return redisFlags{Prefix: d.Prefix, Timeout: d.Timeout, WaitTimeout: redisstore.DefaultWaitTimeout, Pipeline: d.Pipeline}
 }
 
 // addFlags declares the Redis flags and their variables on fs.
@@ -42,6 +43,7 @@ func (r *redisFlags) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&r.AllowEviction, "redis-allow-eviction", false, "start on a Redis whose maxmemory-policy is not noeviction (an evicted window admits beyond its limit)")
 	fs.IntVar(&r.WaitReplicas, "redis-wait-replicas", 0, "replicas that must acknowledge every batch (Redis WAIT) before it is answered; unacknowledged batches fail, so a failover loses no answered admission")
 	fs.DurationVar(&r.WaitTimeout, "redis-wait-timeout", r.WaitTimeout, "how long a batch waits for --redis-wait-replicas; shorter than --redis-timeout")
+	fs.IntVar(&r.Pipeline, "redis-pipeline", r.Pipeline, "Redis round trips in flight before concurrent batches queue and go out together as one pipeline; -1 sends every batch alone")
 	fs.StringVar(&r.TLS.CAFile, "redis-tls-ca", "", "PEM bundle of the authorities of a rediss:// store's certificates, instead of the system roots")
 	fs.StringVar(&r.TLS.CertFile, "redis-tls-cert", "", "PEM client certificate presented to a rediss:// store (mutual TLS), with --redis-tls-key")
 	fs.StringVar(&r.TLS.KeyFile, "redis-tls-key", "", "PEM private key of --redis-tls-cert")
@@ -49,6 +51,7 @@ func (r *redisFlags) addFlags(fs *pflag.FlagSet) {
 	for name, env := range map[string]string{
 		"redis-wait-replicas":     "SLUICE_REDIS_WAIT_REPLICAS",
 		"redis-wait-timeout":      "SLUICE_REDIS_WAIT_TIMEOUT",
+		"redis-pipeline":          "SLUICE_REDIS_PIPELINE",
 		"redis-password":          "SLUICE_REDIS_PASSWORD",
 		"redis-sentinel-password": "SLUICE_REDIS_SENTINEL_PASSWORD",
 		"redis-prefix":            "SLUICE_REDIS_PREFIX",
@@ -97,7 +100,7 @@ func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstor
 		}
 	}
 	cfg := redisstore.Config{Prefix: r.Prefix, Timeout: r.Timeout, AllowEviction: r.AllowEviction,
-		WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout}
+		WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout, Pipeline: r.Pipeline}
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("Redis store settings (--redis-*): %w", err))
 	}

@@ -44,6 +44,7 @@ func TestServeConfigRedisStore(t *testing.T) {
 		{"wait longer than the timeout", func(c *serveConfig) {
 			c.Store, c.Redis.WaitReplicas, c.Redis.WaitTimeout = "redis://h", 1, time.Second
 		}, "WaitTimeout"},
+		{"pipeline below -1", func(c *serveConfig) { c.Store, c.Redis.Pipeline = "redis://h", -2 }, "Pipeline"},
 		{"TLS files without TLS", func(c *serveConfig) {
 			c.Store, c.Redis.TLS.CAFile = "redis://:Secret1@h", "ca.pem"
 		}, "does not use TLS"},

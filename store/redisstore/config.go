@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// Config configures a Store. New fills a zero Prefix or Timeout from
+// Config configures a Store. New fills a zero Prefix, Timeout or Pipeline from
 // DefaultConfig, so the zero Config is the default one.
 type Config struct {
 	// Prefix starts every key the store writes (see the package
@@ -39,6 +39,20 @@ type Config struct {
 	// WaitTimeout bounds the wait of WaitReplicas (default 100 ms). It
 	// must be shorter than Timeout, which bounds the whole batch.
 	WaitTimeout time.Duration
+	// Pipeline coalesces concurrent batches into pipelines, by natural
+	// batching with no timer: while fewer than Pipeline round trips to
+	// Redis are in flight, a batch is sent at once, alone; a batch
+	// arriving while Pipeline are in flight queues, and the next round
+	// trip to finish sends up to MaxPipelined queued batches as one
+	// pipeline (one write and one read; on a cluster, one per node). So
+	// an idle store adds no delay, and a busy one makes fewer, larger
+	// round trips. Each batch keeps its own reply or error, and none is
+	// ever sent twice. A caller whose context ends while its batch is
+	// queued returns at once with engine.ErrUnavailable (the batch may
+	// still run, as after a timeout). Zero means DefaultPipeline; -1 sends
+	// every batch alone. Ignored with WaitReplicas, and with a client that
+	// cannot pipeline. See the package documentation.
+	Pipeline int
 	// Clock, when set, replaces Redis TIME as the store's clock, read once
 	// per batch in the calling process and passed to the script. It exists
 	// for tests, which drive time by hand; production leaves it nil, so
@@ -47,10 +61,11 @@ type Config struct {
 }
 
 // DefaultConfig returns the default configuration: keys under "sluice", a
-// 750 ms timeout, noeviction required, no wait for replicas, Redis TIME as
-// the clock.
+// 750 ms timeout, noeviction required, no wait for replicas, concurrent
+// batches coalesced into pipelines behind DefaultPipeline round trips,
+// Redis TIME as the clock.
 func DefaultConfig() Config {
-	return Config{Prefix: "sluice", Timeout: 750 * time.Millisecond}
+	return Config{Prefix: "sluice", Timeout: 750 * time.Millisecond, Pipeline: DefaultPipeline}
 }
 
 // MaxTimeout is the longest Config.Timeout.
@@ -59,6 +74,17 @@ const MaxTimeout = time.Minute
 // DefaultWaitTimeout is the WaitTimeout of a Config with WaitReplicas and
 // none.
 const DefaultWaitTimeout = 100 * time.Millisecond
+
+// DefaultPipeline is the Config.Pipeline of a Config with none: the round
+// trips in flight before batches queue into pipelines, chosen by
+// measurement (docs/decisions/0035-redis-pipelines.md).
+const DefaultPipeline = 2
+
+// MaxPipeline is the largest Config.Pipeline.
+const MaxPipeline = 1024
+
+// MaxPipelined is the most batches one pipeline carries.
+const MaxPipelined = 64
 
 // MaxWaitReplicas is the largest Config.WaitReplicas.
 const MaxWaitReplicas = 16
@@ -74,6 +100,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WaitReplicas > 0 && c.WaitTimeout == 0 {
 		c.WaitTimeout = DefaultWaitTimeout
+	}
+	if c.Pipeline == 0 {
+		c.Pipeline = d.Pipeline
 	}
 	return c
 }
@@ -93,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.WaitReplicas < 0 || c.WaitReplicas > MaxWaitReplicas {
 		return fmt.Errorf("%w: redisstore WaitReplicas %d outside 0…%d", engine.ErrInvalid, c.WaitReplicas, MaxWaitReplicas)
+	}
+	if c.Pipeline < -1 || c.Pipeline > MaxPipeline {
+		return fmt.Errorf("%w: redisstore Pipeline %d outside -1…%d", engine.ErrInvalid, c.Pipeline, MaxPipeline)
 	}
 	if c.WaitReplicas > 0 && (c.WaitTimeout < time.Millisecond || c.WaitTimeout >= c.Timeout) {
 		return fmt.Errorf("%w: redisstore WaitTimeout %v must be at least 1ms and shorter than Timeout %v", engine.ErrInvalid, c.WaitTimeout, c.Timeout)

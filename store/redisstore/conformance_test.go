@@ -63,3 +63,75 @@ func TestConformanceScripts(t *testing.T) {
 		return s
 	})
 }
+
+// pipelined is a store configuration that coalesces concurrent batches
+// into pipelines behind one round trip in flight, so that any concurrency
+// in the suite queues. (freshConfig coalesces behind DefaultPipeline.)
+func pipelined(clock engine.Clock) redisstore.Config {
+	cfg := freshConfig(clock)
+	cfg.Pipeline = 1
+	return cfg
+}
+
+// alone is a store configuration that sends every batch alone.
+func alone(clock engine.Clock) redisstore.Config {
+	cfg := freshConfig(clock)
+	cfg.Pipeline = -1
+	return cfg
+}
+
+func TestConformanceAlone(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), alone(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformanceAloneCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClusterClient(cl.Options()), alone(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformancePipelined(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), pipelined(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformancePipelinedCluster(t *testing.T) {
+	cl := redistest.StartCluster(t, 3)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClusterClient(cl.Options()), pipelined(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestConformancePipelinedScripts(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+		s, err := redisstore.New(redis.NewClient(srv.Options()), pipelined(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		redisstore.UseScripts(s)
+		return s
+	})
+}

@@ -18,7 +18,11 @@
 // then on. The client must honour context deadlines (ContextTimeoutEnabled),
 // so that every call ends within Config.Timeout: New refuses a go-redis
 // client without it. Turn automatic retries off (MaxRetries: -1): a retry
-// after a broken connection may run a batch a second time. [ParseURL] turns
+// after a broken connection may run a batch a second time. (A cluster
+// client retries up to MaxRedirects times whatever MaxRetries says; the
+// store marks its commands so that go-redis never resends them, and
+// follows only MOVED and ASK, which Redis answers without running the
+// command.) [ParseURL] turns
 // a store URL — redis://, rediss://, redis+cluster://, redis+sentinel:// —
 // into options for redis.NewUniversalClient that meet both conditions;
 // [TLSFiles] adds a private certificate authority, a client certificate
@@ -57,6 +61,35 @@
 // set to anything, is evaluated exactly from −2^52 up (any value above
 // every limit is denied, as it is in Go); below −2^52 a reservation fails
 // with engine.ErrOverflow.
+//
+// # Pipelines
+//
+// Each batch costs a round trip, and under load the round trip — system
+// calls, scheduling, on both sides — costs more than the batch code. So
+// the store coalesces concurrent batches (Config.Pipeline, on by default)
+// by natural batching, with no timer: while fewer than Config.Pipeline
+// round trips are in flight, a batch is sent at once, alone, as without
+// coalescing; a batch arriving while that many are in flight queues, and
+// the next round trip to finish takes up to MaxPipelined queued batches
+// and sends them as one pipeline — one write and one read on one
+// connection (a cluster client splits it by node and sends each node's
+// part at once). A lone caller waits for nothing; many callers share round
+// trips. Each batch is still one FCALL, run atomically on its own, with its
+// own reply: an error answers only its own batch (a key of the wrong type,
+// a function missing, an OOM refusal — the store recovers from the last
+// two for that batch alone, as for a batch sent alone), and only a broken
+// connection fails every batch of the pipeline, each with
+// engine.ErrUnavailable. No command is ever sent twice: go-redis does not
+// retry a pipeline with MaxRetries -1 on a single node, and the store
+// marks every command as not to be retried, which turns off a cluster
+// client's retries of a broken or timed-out pipeline; only a command
+// answered MOVED or ASK, which Redis did not run, is sent on to the right
+// node. A pipeline serves several callers, so Config.Timeout bounds it
+// rather than any caller's context; a caller whose context ends while its
+// batch is queued returns at once with engine.ErrUnavailable (a batch still
+// queued then is dropped, one already in a pipeline may run). Coalescing
+// is off with Config.WaitReplicas, which waits per connection. See the
+// project's docs/decisions/0035-redis-pipelines.md for the measurements.
 //
 // # Key layout
 //

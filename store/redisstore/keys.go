@@ -63,7 +63,7 @@ type call struct {
 	plen   int
 	buf    []byte
 	// fcall is the whole FCALL command (name, function, key count, keys,
-	// arguments), built in one reused slice.
+	// arguments), or EVALSHA or EVAL, built in one reused slice.
 	fcall []any
 }
 
@@ -80,6 +80,21 @@ func (c *call) clear() {
 // fcallArgs returns the FCALL command of the call, in c's reused slice.
 func (c *call) fcallArgs() []any {
 	c.fcall = append(c.fcall[:0], "fcall", functionName, len(c.keys))
+	for _, k := range c.keys {
+		c.fcall = append(c.fcall, k)
+	}
+	c.fcall = append(c.fcall, c.args...)
+	return c.fcall
+}
+
+// evalshaArgs returns the EVALSHA command of the call, in c's reused slice.
+func (c *call) evalshaArgs() []any { return c.scriptArgs("evalsha", batchSHA) }
+
+// evalArgs returns the EVAL command of the call, in c's reused slice.
+func (c *call) evalArgs() []any { return c.scriptArgs("eval", batchScript) }
+
+func (c *call) scriptArgs(name, script string) []any {
+	c.fcall = append(c.fcall[:0], name, script, len(c.keys))
 	for _, k := range c.keys {
 		c.fcall = append(c.fcall, k)
 	}

@@ -21,10 +21,8 @@ import (
 // satisfies it, and so do *redis.Client (single node, or Sentinel through
 // redis.NewFailoverClient) and *redis.ClusterClient.
 type Client interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
 	FunctionLoadReplace(ctx context.Context, code string) *redis.StringCmd
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 	Close() error
 }
@@ -95,6 +93,9 @@ type Store struct {
 	// many callers at once compiles the library once, not once per caller.
 	loads  atomic.Uint64
 	loadMu sync.Mutex
+	// co coalesces concurrent batches into pipelines (Config.Pipeline),
+	// or is nil.
+	co *coalescer
 }
 
 // New returns a store running on client, which it owns from then on: Close
@@ -134,6 +135,9 @@ func New(client Client, cfg Config) (*Store, error) {
 	}
 	s := &Store{client: client, cfg: cfg}
 	s.calls.New = func() any { return new(call) }
+	if _, ok := client.(pipeliner); ok && cfg.Pipeline > 0 && cfg.WaitReplicas == 0 {
+		s.co = &coalescer{limit: cfg.Pipeline}
+	}
 	return s, nil
 }
 
@@ -198,20 +202,31 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		return engine.ErrClosed
 	}
 	c := s.calls.Get().(*call)
-	defer s.calls.Put(c)
 	if err := c.encode(b, &s.cfg); err != nil {
+		c.clear()
+		s.calls.Put(c)
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	var reply any
 	var err error
-	if s.cfg.WaitReplicas > 0 {
+	switch {
+	case s.cfg.WaitReplicas > 0:
 		reply, err = s.evalWait(ctx, c)
-	} else {
+	case s.co != nil:
+		var abandoned bool
+		reply, err, abandoned = s.coalesced(ctx, c)
+		if abandoned {
+			// Queued when ctx ended: the batch may still be sent, and
+			// its call is the sender's now.
+			return unavailable(err)
+		}
+	default:
 		reply, err = s.eval(ctx, s.client, c)
 	}
 	c.clear()
+	s.calls.Put(c)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -222,48 +237,70 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	return nil
 }
 
-// eval runs the batch: by FCALL of the function library (sent with Do, so
-// that the command is built in the call's reused slice), loading it where
+// eval runs the batch: by FCALL of the function library (built in the
+// call's reused slice, and sent as a command go-redis never resends; see
+// noRetryCmd), loading it where
 // the server lacks it (a fresh server, a restart without persistence,
 // FUNCTION FLUSH); on a server without functions, by EVALSHA of the script,
 // loading it with EVAL on NOSCRIPT. Loading the library costs one call per
 // server and version; after it, a call runs only the batch, where a script
 // first rebuilds every function of the chunk (see lua/prelude.lua).
 func (s *Store) eval(ctx context.Context, r runner, c *call) (any, error) {
-	if !s.scripts.Load() {
-		loads := s.loads.Load()
-		reply, err := r.Do(ctx, c.fcallArgs()...).Result()
-		switch {
-		case err == nil:
-			return reply, nil
-		case redis.HasErrorPrefix(err, "OOM"):
-			// Over maxmemory Redis refuses a whole FCALL, where it refuses
-			// only a script's first write: run the batch as a script, so
-			// that a read-only batch still answers.
-		case !s.functionsMissing(ctx, err, loads):
-			return reply, err
-		case !s.scripts.Load():
-			// The library is loaded now.
-			reply, err = r.Do(ctx, c.fcallArgs()...).Result()
-			if err == nil || !redis.HasErrorPrefix(err, "Function not found") {
-				return reply, err
-			}
-			// Not on the node that answered (a cluster changing under
-			// us): run this batch as a script.
+	if s.scripts.Load() {
+		reply, err := do(ctx, r, c.evalshaArgs()...)
+		if err != nil {
+			return s.afterEvalSha(ctx, r, c, err)
 		}
+		return reply, nil
 	}
-	reply, err := r.EvalSha(ctx, batchSHA, c.keys, c.args...).Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		reply, err = r.Eval(ctx, batchScript, c.keys, c.args...).Result()
+	loads := s.loads.Load()
+	reply, err := do(ctx, r, c.fcallArgs()...)
+	if err != nil {
+		return s.afterFcall(ctx, r, c, reply, err, loads)
 	}
-	return reply, err
+	return reply, nil
+}
+
+// afterFcall finishes a batch whose FCALL answered err (loads read before
+// it): by loading the library and calling it again, or by running the
+// batch as a script, where err says Redis did not run it; otherwise err is
+// the batch's.
+func (s *Store) afterFcall(ctx context.Context, r runner, c *call, reply any, err error, loads uint64) (any, error) {
+	switch {
+	case redis.HasErrorPrefix(err, "OOM"):
+		// Over maxmemory Redis refuses a whole FCALL, where it refuses
+		// only a script's first write: run the batch as a script, so
+		// that a read-only batch still answers.
+	case !s.functionsMissing(ctx, err, loads):
+		return reply, err
+	case !s.scripts.Load():
+		// The library is loaded now.
+		reply, err = do(ctx, r, c.fcallArgs()...)
+		if err == nil || !redis.HasErrorPrefix(err, "Function not found") {
+			return reply, err
+		}
+		// Not on the node that answered (a cluster changing under
+		// us): run this batch as a script.
+	}
+	reply, err = do(ctx, r, c.evalshaArgs()...)
+	if err != nil {
+		return s.afterEvalSha(ctx, r, c, err)
+	}
+	return reply, nil
+}
+
+// afterEvalSha finishes a batch whose EVALSHA answered err: by EVAL where
+// the server lacks the script; otherwise err is the batch's.
+func (s *Store) afterEvalSha(ctx context.Context, r runner, c *call, err error) (any, error) {
+	if !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return nil, err
+	}
+	return do(ctx, r, c.evalArgs()...)
 }
 
 // runner runs the batch code: the store's client, or one connection of it.
 type runner interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
-	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // The clients that can hold one connection for a batch and its WAIT: a

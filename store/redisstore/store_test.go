@@ -33,7 +33,9 @@ func TestConfigValidate(t *testing.T) {
 		"wait too long": valid(func(c *redisstore.Config) {
 			c.WaitReplicas, c.WaitTimeout = 1, c.Timeout
 		}),
-		"wait under 1ms": valid(func(c *redisstore.Config) { c.WaitReplicas, c.WaitTimeout = 1, time.Microsecond }),
+		"wait under 1ms":    valid(func(c *redisstore.Config) { c.WaitReplicas, c.WaitTimeout = 1, time.Microsecond }),
+		"negative pipeline": valid(func(c *redisstore.Config) { c.Pipeline = -2 }),
+		"pipeline too big":  valid(func(c *redisstore.Config) { c.Pipeline = redisstore.MaxPipeline + 1 }),
 	} {
 		if err := c.Validate(); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("%s: Validate = %v, want ErrInvalid", name, err)

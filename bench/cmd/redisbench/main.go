@@ -32,6 +32,7 @@ func main() {
 		rounds   = flag.Int("rounds", 3, "rounds; every configuration runs once per round and the report gives medians")
 		keys     = flag.Int("keys", redisbench.DefaultKeys, "distinct limiter keys the calls spread over")
 		pipeline = flag.Int("pipeline", 16, "redis-benchmark's -P")
+		coalesce = flag.Int("coalesce", redisbench.DefaultCoalesce, "the store's Config.Pipeline in the -piped configurations: round trips in flight before batches queue into pipelines")
 		only     = flag.String("only", "", "comma-separated configurations to run (default all): "+names())
 		attach   = flag.String("redis", "", "address of a running redis-server to measure against (its data is flushed), instead of starting one")
 		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of this process over the whole run to the file")
@@ -78,7 +79,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	opts := redisbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Pipeline: *pipeline}
+	opts := redisbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Pipeline: *pipeline, Coalesce: *coalesce}
 	sum := &redisbench.Summary{Configs: cfgs}
 	failed := false
 	for round := range *rounds {
