@@ -174,8 +174,7 @@ func newOrderHarness(t *testing.T, st *orderStore) *durableHarness {
 	return &durableHarness{t: t, srv: server.New(eng, cfg), ev: st.ev, st: st}
 }
 
-// rpc sends r, signed, to path (wire.PathRPC or an envelope's
-// wire.PathRPCs with body already made), and returns the answer.
+// send posts body, signed, to path and returns the answer.
 func (h *durableHarness) send(path string, body []byte) *httptest.ResponseRecorder {
 	h.t.Helper()
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
@@ -187,6 +186,7 @@ func (h *durableHarness) send(path string, body []byte) *httptest.ResponseRecord
 	return rec.ResponseRecorder
 }
 
+// rpc sends r to /v1/rpc under a fresh operation id.
 func (h *durableHarness) rpc(r wire.Request) *httptest.ResponseRecorder {
 	h.t.Helper()
 	r.OperationID = engine.NewOperationID()
@@ -311,5 +311,31 @@ func TestFailedSyncAnswers503(t *testing.T) {
 	}
 	if rec := h.rpc(incr("open", "", "", "k")); rec.Code != http.StatusOK {
 		t.Fatalf("rpc that is not fair: %d %s", rec.Code, rec.Body)
+	}
+
+	// The same for each request of an envelope.
+	var env wire.Envelope
+	for _, r := range []wire.Request{incr(admission.DefaultFamily, "s0", "p0", "k"), incr("open", "", "", "k")} {
+		r.OperationID = engine.NewOperationID()
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Requests = append(env.Requests, b)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := h.send(wire.PathRPCs, body)
+	var answers wire.EnvelopeResponse
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &answers) != nil || len(answers.Answers) != 2 {
+		t.Fatalf("envelope: %d %s", rec.Code, rec.Body)
+	}
+	if a := answers.Answers[0]; a.Status != http.StatusServiceUnavailable || a.Problem == nil || a.Problem.Code != wire.CodeUnavailable || a.Response != nil {
+		t.Errorf("fair request of the envelope: %+v, want 503 guard_unavailable", a)
+	}
+	if a := answers.Answers[1]; a.Status != http.StatusOK || a.Response == nil {
+		t.Errorf("request that is not fair: %+v, want 200", a)
 	}
 }
