@@ -165,28 +165,55 @@ func (a *Admitter) Err() error {
 // Admit admits req or returns a *wire.Error: guard_unavailable for a
 // misconfiguration or a store failure, guard_stopped for a stopped or
 // exhausted family, guard_limited for a fairness denial, invalid for an
-// unknown family.
+// unknown family. What an admission wrote is durable when Admit returns.
 func (a *Admitter) Admit(ctx context.Context, req *wire.Request) error {
+	pending, err := a.AdmitDeferred(ctx, req)
+	if err != nil || !pending {
+		return err
+	}
+	if err := a.eng.Sync(ctx); err != nil {
+		return a.unavailable("making fairness charges durable", err)
+	}
+	return nil
+}
+
+// AdmitDeferred is Admit, except that the fairness charges of an admitted
+// RPC (the reservations of its source, prefix tiers and principal) run
+// with Engine.ApplyReservedPartitionDeferred, and AdmitDeferred does not
+// wait for them to be durable. It reports pending when it admitted req
+// after such charges: the caller then calls Engine.Sync (once, after the
+// subject request, which may itself run with Engine.DoDeferred) before it
+// answers anything, and answers guard_unavailable, never a grant, if Sync
+// fails. So a fair RPC on a store that fsyncs every commit waits for one
+// fsync instead of one per batch.
+//
+// A refusal needs no Sync: it grants nothing. The charges it made and
+// gave back (a source charged, then refunded when the principal refused)
+// cancel out; a crash that keeps the charge and loses the refund
+// over-charges, the safe direction. Everything else admission writes
+// (chunk leases, stops, warnings, audit records) waits for its own fsync
+// as before.
+func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pending bool, err error) {
 	if a.invalid != "" {
-		return a.Err()
+		return false, a.Err()
 	}
 	f := a.fams[req.Family]
 	if f == nil {
-		return problem(wire.CodeInvalid, fmt.Sprintf("unknown family %q", req.Family))
+		return false, problem(wire.CodeInvalid, fmt.Sprintf("unknown family %q", req.Family))
 	}
 	n := commandCount(req)
 	now := a.now()
 	day := dayOf(now)
 	st, err := a.stopState(ctx, f, now, day)
 	if err != nil {
-		return a.unavailable("reading the family stop", err)
+		return false, a.unavailable("reading the family stop", err)
 	}
 	if st.stopped {
-		return problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, st.reason))
+		return false, problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, st.reason))
 	}
 	left, err := a.spend(ctx, f, day, n)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if id := a.identities(f, req); !id.none() {
 		err := a.knownExhausted(f, &id, day, n)
@@ -198,11 +225,12 @@ func (a *Admitter) Admit(ctx context.Context, req *wire.Request) error {
 			// spends no family allowance.
 			f.giveBack(day, n)
 			a.maybeWarn(ctx, f, day, left+n)
-			return err
+			return false, err
 		}
+		pending = true // charged, deferred
 	}
 	a.maybeWarn(ctx, f, day, left)
-	return nil
+	return pending, nil
 }
 
 // maybeWarn logs the day's warning once the commands admitted reach the

@@ -284,7 +284,8 @@ func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partitio
 		}
 	}
 	sc.cmds[0] = engine.Reserve("", n, budgets...)
-	if err := a.eng.ApplyReservedPartition(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
+	// Deferred: the caller of AdmitDeferred syncs before it answers.
+	if err := a.eng.ApplyReservedPartitionDeferred(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
 		return a.unavailable("reserving a fairness quota", err)
 	}
 	r := &sc.out.Results[0]
@@ -316,7 +317,9 @@ func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition
 	for i := range count {
 		sc.cmds[i] = engine.Incr(sc.budgets[i].Key, -n, keyTTL)
 	}
-	if err := a.eng.ApplyReservedPartition(ctx, partition, &sc.out, sc.cmds[:count]...); err != nil {
+	// Deferred, and never synced by itself: losing a refund to a crash
+	// only over-charges.
+	if err := a.eng.ApplyReservedPartitionDeferred(ctx, partition, &sc.out, sc.cmds[:count]...); err != nil {
 		a.log.Error("refunding a source quota failed; it stays charged", "family", f.name, "err", err)
 	}
 	// A concurrent RPC may have been refused for the charge just given

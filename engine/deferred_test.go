@@ -122,3 +122,53 @@ func TestDoDefersFsyncsOfSeveralSteps(t *testing.T) {
 		t.Fatalf("failed sync: calls %q", calls)
 	}
 }
+
+// TestDoDeferredLeavesTheSyncToTheCaller checks that DoDeferred and
+// ApplyReservedPartitionDeferred run every batch, a single step too, with
+// ApplyDeferred and never Sync, that Engine.Sync then makes them durable,
+// and that on a store that does not defer they are Do and
+// ApplyReservedPartition, and Sync does nothing.
+func TestDoDeferredLeavesTheSyncToTheCaller(t *testing.T) {
+	f := newFixture(t)
+	ds := &deferringStore{Store: f.mem}
+	eng := engine.New(ds)
+	hit := engine.Hit(1, fixed("w", 10, minute))
+	one := &engine.Request{OperationID: engine.NewOperationID(), Steps: []engine.Step{{Partition: "a", Commands: []engine.Command{hit}}}}
+	var out engine.StepResult
+	if err := eng.ApplyReservedPartitionDeferred(t.Context(), engine.ReservedPartition("r"), &out, hit); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := eng.DoDeferred(t.Context(), one)
+	if err != nil || !resp.Steps[0].Results[0].Allowed {
+		t.Fatalf("DoDeferred = %+v, %v", resp, err)
+	}
+	if calls, unsynced := ds.take(); !slices.Equal(calls, []string{"defer \x00r", "defer a"}) || unsynced != 2 {
+		t.Fatalf("calls %q with %d unsynced, want two deferred batches and no sync", calls, unsynced)
+	}
+	if err := eng.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if calls, unsynced := ds.take(); !slices.Equal(calls, []string{"sync"}) || unsynced != 0 {
+		t.Fatalf("after Sync: calls %q, %d unsynced", calls, unsynced)
+	}
+	if err := eng.ApplyReservedPartitionDeferred(t.Context(), "r", &out, hit); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("unreserved partition: %v, want ErrInvalid", err)
+	}
+	ds.syncErr = engine.ErrUnavailable
+	if err := eng.Sync(t.Context()); !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("failed Sync = %v", err)
+	}
+
+	// On a store that does not defer: the same answers, the plain path.
+	plain := engine.New(f.mem)
+	one.OperationID = engine.NewOperationID()
+	if resp, err := plain.DoDeferred(t.Context(), one); err != nil || resp.Steps[0].Results[0].Remaining != 8 {
+		t.Fatalf("DoDeferred on memstore = %+v, %v", resp, err)
+	}
+	if err := plain.ApplyReservedPartitionDeferred(t.Context(), engine.ReservedPartition("r"), &out, hit); err != nil || out.Results[0].Remaining != 8 {
+		t.Fatalf("ApplyReservedPartitionDeferred on memstore = %+v, %v", out, err)
+	}
+	if err := plain.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

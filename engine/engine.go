@@ -30,6 +30,35 @@ func (e *Engine) Store() Store { return e.store }
 // before it returns; if that fails, the response holds no step and the
 // error wraps ErrUnavailable.
 func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
+	return e.do(ctx, r, false)
+}
+
+// DoDeferred is Do, except that on a DeferredSyncStore every step of r,
+// even a single one, runs without waiting for its fsync, and DoDeferred
+// does not wait either: the caller calls Sync before it answers anything
+// that rests on r, whether DoDeferred succeeded or failed, and answers no
+// grant if Sync fails. A server that already wrote deferred state of its
+// own for the request (admission's charges) so waits for one fsync for
+// all of it. On any other store DoDeferred is Do.
+func (e *Engine) DoDeferred(ctx context.Context, r *Request) (*Response, error) {
+	return e.do(ctx, r, true)
+}
+
+// Sync returns once every batch the engine ran deferred (DoDeferred,
+// ApplyReservedPartitionDeferred) before the call is durable, with the
+// state it read; an error wraps ErrUnavailable (or is ErrClosed). On a
+// store that is not a DeferredSyncStore, every batch is already as durable
+// as the store makes it when it returns, and Sync does nothing.
+func (e *Engine) Sync(ctx context.Context) error {
+	if ds, ok := e.store.(DeferredSyncStore); ok {
+		return ds.Sync(ctx)
+	}
+	return nil
+}
+
+// do runs r; leave leaves the Sync of its deferred steps to the caller
+// (DoDeferred), who then defers a single step too.
+func (e *Engine) do(ctx context.Context, r *Request, leave bool) (*Response, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
@@ -38,9 +67,10 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 	}
 	resp := &Response{Steps: make([]StepResult, len(r.Steps))}
 	// A request of several steps on a store that can defer its fsyncs runs
-	// every step without waiting for its own, then waits once for all.
+	// every step without waiting for its own, then waits once for all (or
+	// leaves that wait to the caller, for any number of steps).
 	ds, deferred := e.store.(DeferredSyncStore)
-	deferred = deferred && len(r.Steps) > 1
+	deferred = deferred && (len(r.Steps) > 1 || leave)
 	pending := false // a deferred step has run: Sync before answering
 	denied := false
 	for i := range r.Steps {
@@ -65,7 +95,7 @@ func (e *Engine) Do(ctx context.Context, r *Request) (*Response, error) {
 			}
 			return resp, err
 		}
-		pending = pending || deferred
+		pending = pending || (deferred && !leave)
 		denied = denied || resp.Steps[i].Denied
 	}
 	if err := e.settle(ctx, ds, pending, nil); err != nil {

@@ -201,3 +201,32 @@ func ExampleEngine_ApplyReservedPartition() {
 	// alice 0
 	// alice has spent 2
 }
+
+// A server that charges a quota of its own before running a caller's
+// request makes both wait for one fsync: the charge and the request run
+// deferred, and one Sync comes before the answer. On a store that does not
+// defer (here memstore) the same calls run as ApplyReservedPartition and
+// Do, and Sync does nothing.
+func ExampleEngine_DoDeferred() {
+	eng, _ := newExampleEngine()
+	ctx := context.Background()
+	var out engine.StepResult
+	quota := engine.Budget{Key: "today", Limit: 100, WindowMs: 86_400_000}
+	if err := eng.ApplyReservedPartitionDeferred(ctx, engine.ReservedPartition("quotas/alice"), &out, engine.Reserve("", 1, quota)); err != nil {
+		log.Fatal(err)
+	}
+	req := &engine.Request{OperationID: engine.NewOperationID(), Steps: []engine.Step{
+		{Partition: "users", Commands: []engine.Command{engine.Incr("alice", 1, 60_000)}},
+	}}
+	resp, err := eng.DoDeferred(ctx, req)
+	// Sync whether DoDeferred failed or not: the charge is pending either way.
+	if serr := eng.Sync(ctx); serr != nil {
+		log.Fatal("answer 503, never a grant: ", serr)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("quota left", out.Results[0].Remaining, "count", resp.Steps[0].Results[0].Int)
+	// Output:
+	// quota left 99 count 1
+}

@@ -26,6 +26,20 @@ func (e *Engine) ApplyReserved(ctx context.Context, name string, out *StepResult
 // name on every call can build it reserved, and spare ApplyReserved's copy.
 // A partition that is not reserved fails with ErrInvalid.
 func (e *Engine) ApplyReservedPartition(ctx context.Context, partition string, out *StepResult, cmds ...Command) error {
+	return e.applyReserved(ctx, partition, out, false, cmds)
+}
+
+// ApplyReservedPartitionDeferred is ApplyReservedPartition, except that on
+// a DeferredSyncStore it may return before the batch's effects, and the
+// state it read, are durable: the caller calls Sync before it answers
+// anything that rests on them. On any other store it is
+// ApplyReservedPartition.
+func (e *Engine) ApplyReservedPartitionDeferred(ctx context.Context, partition string, out *StepResult, cmds ...Command) error {
+	_, deferred := e.store.(DeferredSyncStore)
+	return e.applyReserved(ctx, partition, out, deferred, cmds)
+}
+
+func (e *Engine) applyReserved(ctx context.Context, partition string, out *StepResult, deferred bool, cmds []Command) error {
 	name, ok := strings.CutPrefix(partition, reservedMark)
 	if !ok {
 		return invalid("partition %q is not reserved", partition)
@@ -35,5 +49,5 @@ func (e *Engine) ApplyReservedPartition(ctx context.Context, partition string, o
 		return err
 	}
 	b := Batch{Partition: partition, Commands: cmds}
-	return e.apply(ctx, &b, out, false) // a pooled copy: b would escape to the heap
+	return e.apply(ctx, &b, out, deferred) // a pooled copy: b would escape to the heap
 }

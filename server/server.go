@@ -181,13 +181,30 @@ func (s *Server) run(ctx context.Context, body []byte) (*engine.Response, wire.C
 	} else if st.Stopped {
 		return nil, wire.CodeStopped, "stopped by the operator"
 	}
+	pending := false // admission's charges are not yet durable
 	if s.cfg.Admission != nil {
-		if err := s.cfg.Admission.Admit(ctx, req); err != nil {
+		var err error
+		if pending, err = s.cfg.Admission.AdmitDeferred(ctx, req); err != nil {
 			code, reason := s.problem(err)
 			return nil, code, reason
 		}
 	}
-	resp, err := s.eng.Do(ctx, req.Engine())
+	if !pending {
+		resp, err := s.eng.Do(ctx, req.Engine())
+		if err != nil {
+			code, reason := s.problem(err)
+			return nil, code, reason
+		}
+		return resp, "", ""
+	}
+	// An admitted fair RPC: its charges, the subject request and its
+	// replay record wait for one fsync, which every answer follows, a
+	// failure's as well as a grant's. If it fails, nothing is granted.
+	resp, err := s.eng.DoDeferred(ctx, req.Engine())
+	if serr := s.eng.Sync(ctx); serr != nil {
+		code, reason := s.problem(serr)
+		return nil, code, reason
+	}
 	if err != nil {
 		code, reason := s.problem(err)
 		return nil, code, reason
