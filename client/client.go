@@ -109,7 +109,7 @@ func New(cfg Config) *Client {
 		origin := strings.TrimSuffix(cfg.URL, "/")
 		s.rpcURL, s.rpcsURL, s.pingURL = origin+wire.PathRPC, origin+wire.PathRPCs, origin+wire.PathPing
 		if k := cfg.coalesce(); k > 0 {
-			s.co = &coalescer{limit: k}
+			s.co = newCoalescer(k)
 		}
 		s.http = cfg.HTTPClient
 		if s.http == nil {

@@ -10,25 +10,36 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/coalesce"
 	"github.com/sluicehq/sluice/wire"
 )
 
 // coalescer gathers concurrent calls into envelopes (POST /v1/rpcs) by
-// natural batching, with no timer: while fewer than limit RPCs are in
-// flight, a call is sent at once, alone; a call made while limit are in
-// flight waits in the queue, and the next sender to finish takes up to an
-// envelope's worth of the queue. So an idle client adds no delay, and a
-// busy one sends fewer, larger requests, each costing the server one HTTP
-// exchange and, on a durable store, one group commit.
+// natural batching, with no timer (see internal/coalesce): while fewer than
+// its limit of RPCs are in flight, a call is sent at once, alone; a call
+// made while every place is taken waits in the queue, and the next sender
+// to finish takes up to an envelope's worth of the queue. So an idle client
+// adds no delay, and a busy one sends fewer, larger requests, each costing
+// the server one HTTP exchange and, on a durable store, one group commit.
 type coalescer struct {
-	limit int
+	*coalesce.Queue[*pending]
 	// single is set once the server is known to serve no envelopes: every
 	// call is then sent alone, as without a coalescer.
 	single atomic.Bool
+}
 
-	mu       sync.Mutex
-	inFlight int        // RPCs and envelopes being sent
-	queue    []*pending // calls waiting for a sender, oldest first
+func newCoalescer(limit int) *coalescer {
+	return &coalescer{Queue: coalesce.New(limit, wire.MaxEnvelope, fitsEnvelope)}
+}
+
+// fitsEnvelope reports whether next may join batch in one envelope: within
+// wire.MaxEnvelopeBody.
+func fitsEnvelope(batch []*pending, next *pending) bool {
+	size := len(next.body)
+	for _, p := range batch {
+		size += len(p.body)
+	}
+	return wire.EnvelopeSize(len(batch)+1, size) <= wire.MaxEnvelopeBody
 }
 
 // pending is a queued call. Its sender writes resp and err, then closes
@@ -41,6 +52,9 @@ type pending struct {
 	done chan struct{}
 }
 
+// Abandoned reports that the caller gave up waiting.
+func (p *pending) Abandoned() bool { return p.ctx.Err() != nil }
+
 // do sends body, the encoded request of one call, and decodes its answer
 // into out: at once while a sender is free, and otherwise with the calls
 // that queue alongside it. A caller whose ctx ends first returns an error
@@ -51,17 +65,12 @@ func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) erro
 	if co == nil || co.single.Load() {
 		return s.rpc(ctx, body, out)
 	}
-	co.mu.Lock()
-	if co.inFlight < co.limit {
-		co.inFlight++
-		co.mu.Unlock()
+	p, now := co.Enter(func() *pending { return &pending{ctx: ctx, body: body, done: make(chan struct{})} })
+	if now {
 		err := s.rpc(ctx, body, out)
-		s.release()
+		co.Leave(s.send)
 		return err
 	}
-	p := &pending{ctx: ctx, body: body, done: make(chan struct{})}
-	co.queue = append(co.queue, p)
-	co.mu.Unlock()
 	select {
 	case <-p.done:
 		*out = p.resp
@@ -69,63 +78,6 @@ func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) erro
 	case <-ctx.Done():
 		return unavailable(ctx.Err())
 	}
-}
-
-// release gives up a sender's place, or hands it to a new goroutine that
-// sends what has queued meanwhile, so the caller returns at once.
-func (s *shared) release() {
-	co := s.co
-	co.mu.Lock()
-	queued := len(co.queue) > 0
-	if !queued {
-		co.inFlight--
-	}
-	co.mu.Unlock()
-	if queued {
-		go s.drain()
-	}
-}
-
-// drain sends the queue, envelope after envelope, until it is empty, and
-// then gives up its sender's place.
-func (s *shared) drain() {
-	for {
-		batch := s.co.take()
-		if batch == nil {
-			return
-		}
-		s.send(batch)
-	}
-}
-
-// take removes the oldest queued calls that fit one envelope — at most
-// wire.MaxEnvelope, within wire.MaxEnvelopeBody — skipping those whose
-// callers gave up. When none is left it gives up the sender's place and
-// returns nil.
-func (co *coalescer) take() []*pending {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	var batch []*pending
-	size, i := 0, 0
-	for ; i < len(co.queue) && len(batch) < wire.MaxEnvelope; i++ {
-		p := co.queue[i]
-		if p.ctx.Err() != nil {
-			continue
-		}
-		if len(batch) > 0 && wire.EnvelopeSize(len(batch)+1, size+len(p.body)) > wire.MaxEnvelopeBody {
-			break
-		}
-		batch = append(batch, p)
-		size += len(p.body)
-	}
-	n := copy(co.queue, co.queue[i:])
-	clear(co.queue[n:])
-	co.queue = co.queue[:n]
-	if len(batch) == 0 {
-		co.inFlight--
-		return nil
-	}
-	return batch
 }
 
 // send sends a batch of queued calls and answers each: several as an

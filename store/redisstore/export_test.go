@@ -9,7 +9,5 @@ func Queued(s *Store) int {
 	if s.co == nil {
 		return 0
 	}
-	s.co.mu.Lock()
-	defer s.co.mu.Unlock()
-	return len(s.co.queue)
+	return s.co.Len()
 }

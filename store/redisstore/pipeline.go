@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/coalesce"
 )
 
 // noRetryCmd is a command that go-redis never sends twice. With MaxRetries
@@ -34,18 +36,14 @@ func do(ctx context.Context, r runner, args ...any) (any, error) {
 type pipeliner interface{ Pipeline() redis.Pipeliner }
 
 // coalescer gathers concurrent batches into pipelines by natural batching,
-// with no timer: while fewer than limit round trips are in flight, a batch
-// is sent at once, alone; a batch arriving while limit are in flight
-// queues, and the next sender to finish sends up to MaxPipelined of the
-// queue as one pipeline. An idle store adds no delay; a busy one makes
-// fewer, larger round trips.
-type coalescer struct {
-	limit int
+// with no timer (see internal/coalesce): while fewer than its limit of
+// round trips are in flight, a batch is sent at once, alone; a batch
+// arriving while every place is taken queues, and the next sender to finish
+// sends up to MaxPipelined of the queue as one pipeline. An idle store adds
+// no delay; a busy one makes fewer, larger round trips.
+type coalescer = coalesce.Queue[*pending]
 
-	mu       sync.Mutex
-	inFlight int        // round trips being made
-	queue    []*pending // batches waiting for a sender, oldest first
-}
+func newCoalescer(limit int) *coalescer { return coalesce.New[*pending](limit, MaxPipelined, nil) }
 
 // pending is a queued batch. Its sender writes reply and err, then closes
 // done; a caller that gave up (its ctx ended) never reads them, and leaves
@@ -58,79 +56,27 @@ type pending struct {
 	done  chan struct{}
 }
 
+// Abandoned reports that the caller gave up waiting: a batch not yet sent
+// is then never sent, so never run.
+func (p *pending) Abandoned() bool { return p.ctx.Err() != nil }
+
 // coalesced runs c, at once while a sender is free and otherwise in a
 // pipeline with the batches that queue alongside it. abandoned reports
 // that the caller's ctx ended while c was queued: the batch may still run,
 // so c belongs to its sender and must not be reused.
 func (s *Store) coalesced(ctx context.Context, c *call) (reply any, err error, abandoned bool) {
-	co := s.co
-	co.mu.Lock()
-	if co.inFlight < co.limit {
-		co.inFlight++
-		co.mu.Unlock()
+	p, now := s.co.Enter(func() *pending { return &pending{ctx: ctx, c: c, done: make(chan struct{})} })
+	if now {
 		reply, err = s.eval(ctx, s.client, c)
-		s.release()
+		s.co.Leave(s.sendPipeline)
 		return reply, err, false
 	}
-	p := &pending{ctx: ctx, c: c, done: make(chan struct{})}
-	co.queue = append(co.queue, p)
-	co.mu.Unlock()
 	select {
 	case <-p.done:
 		return p.reply, p.err, false
 	case <-ctx.Done():
 		return nil, ctx.Err(), true
 	}
-}
-
-// release gives up a sender's place, or hands it to a new goroutine that
-// sends what has queued meanwhile, so that the caller returns at once.
-func (s *Store) release() {
-	co := s.co
-	co.mu.Lock()
-	queued := len(co.queue) > 0
-	if !queued {
-		co.inFlight--
-	}
-	co.mu.Unlock()
-	if queued {
-		go s.drain()
-	}
-}
-
-// drain sends the queue, pipeline after pipeline, until it is empty, and
-// then gives up its sender's place.
-func (s *Store) drain() {
-	for {
-		batch := s.co.take()
-		if batch == nil {
-			return
-		}
-		s.sendPipeline(batch)
-	}
-}
-
-// take removes up to MaxPipelined of the oldest queued batches, skipping
-// those whose callers gave up (never sent, so never run). When none is
-// left it gives up the sender's place and returns nil.
-func (co *coalescer) take() []*pending {
-	co.mu.Lock()
-	defer co.mu.Unlock()
-	var batch []*pending
-	i := 0
-	for ; i < len(co.queue) && len(batch) < MaxPipelined; i++ {
-		if p := co.queue[i]; p.ctx.Err() == nil {
-			batch = append(batch, p)
-		}
-	}
-	n := copy(co.queue, co.queue[i:])
-	clear(co.queue[n:])
-	co.queue = co.queue[:n]
-	if len(batch) == 0 {
-		co.inFlight--
-		return nil
-	}
-	return batch
 }
 
 // sendPipeline runs the queued batches of batch and answers each: one

@@ -136,7 +136,7 @@ func New(client Client, cfg Config) (*Store, error) {
 	s := &Store{client: client, cfg: cfg}
 	s.calls.New = func() any { return new(call) }
 	if _, ok := client.(pipeliner); ok && cfg.Pipeline > 0 && cfg.WaitReplicas == 0 {
-		s.co = &coalescer{limit: cfg.Pipeline}
+		s.co = newCoalescer(cfg.Pipeline)
 	}
 	return s, nil
 }

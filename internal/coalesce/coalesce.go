@@ -1,0 +1,118 @@
+// Package coalesce gathers the concurrent calls of many goroutines into
+// batches by natural batching, with no timer. A Queue lets a bounded number
+// of sends be in flight at once: while fewer are, a call takes a place and
+// is sent at once, alone; a call made while every place is taken waits in
+// the queue, and the next sender to finish takes the queue's oldest calls
+// as one batch. An idle caller waits for nothing; a busy one sends fewer,
+// larger batches, as many as a round trip lets accumulate.
+//
+// The Sluice client fills envelopes of RPCs this way, and the Redis store
+// pipelines of batches. A Queue holds only the bookkeeping: what a call
+// carries, how a batch is sent and how each call learns its answer are the
+// user's.
+package coalesce
+
+import "sync"
+
+// Item is a queued call.
+type Item interface {
+	// Abandoned reports that the caller gave up waiting: a batch leaves
+	// the call out, so it is never sent.
+	Abandoned() bool
+}
+
+// Queue is the bookkeeping of natural batching for calls of type T. It is
+// safe for concurrent use.
+type Queue[T Item] struct {
+	limit int
+	max   int
+	fits  func(batch []T, next T) bool
+
+	mu       sync.Mutex
+	inFlight int // places taken: sends in flight, or a sender draining the queue
+	queue    []T // calls waiting for a sender, oldest first
+}
+
+// New returns a Queue with limit places (at least 1) whose batches hold at
+// most max calls (at least 1). fits, if not nil, bounds a batch further: it
+// reports whether next may join the calls already in batch (never empty).
+func New[T Item](limit, max int, fits func(batch []T, next T) bool) *Queue[T] {
+	return &Queue[T]{limit: limit, max: max, fits: fits}
+}
+
+// Enter takes a place and reports true when one is free: the caller sends
+// its call at once and then calls Leave. Otherwise it queues the call that
+// mk makes and returns it: the call is answered by the sender of a batch,
+// or left out of every batch once Abandoned.
+func (q *Queue[T]) Enter(mk func() T) (queued T, now bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.inFlight < q.limit {
+		q.inFlight++
+		return queued, true
+	}
+	queued = mk()
+	q.queue = append(q.queue, queued)
+	return queued, false
+}
+
+// Leave gives up the place taken by Enter. If calls queued meanwhile, the
+// place passes to a new goroutine that sends them with send, batch after
+// batch, until the queue is empty; the caller returns at once.
+func (q *Queue[T]) Leave(send func(batch []T)) {
+	q.mu.Lock()
+	queued := len(q.queue) > 0
+	if !queued {
+		q.inFlight--
+	}
+	q.mu.Unlock()
+	if queued {
+		go q.drain(send)
+	}
+}
+
+// drain sends the queue, batch after batch, and then gives up its place.
+func (q *Queue[T]) drain(send func(batch []T)) {
+	for {
+		batch := q.take()
+		if batch == nil {
+			return
+		}
+		send(batch)
+	}
+}
+
+// take removes the oldest queued calls that fit one batch, leaving out
+// those abandoned. When none is left it gives up the place and returns nil.
+func (q *Queue[T]) take() []T {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var batch []T
+	i := 0
+	for ; i < len(q.queue) && len(batch) < q.max; i++ {
+		next := q.queue[i]
+		if next.Abandoned() {
+			continue
+		}
+		if len(batch) > 0 && q.fits != nil && !q.fits(batch, next) {
+			break
+		}
+		batch = append(batch, next)
+	}
+	n := copy(q.queue, q.queue[i:])
+	clear(q.queue[n:])
+	q.queue = q.queue[:n]
+	if len(batch) == 0 {
+		q.inFlight--
+		return nil
+	}
+	return batch
+}
+
+// Len returns the number of calls waiting in the queue, abandoned ones
+// included until a batch leaves them out.
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
+}

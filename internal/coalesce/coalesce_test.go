@@ -1,0 +1,211 @@
+package coalesce_test
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/sluicehq/sluice/internal/coalesce"
+)
+
+// call is a test call: n numbers it, size weighs it, and gone marks it
+// abandoned.
+type call struct {
+	n, size int
+	gone    bool
+	done    chan struct{}
+}
+
+func (c *call) Abandoned() bool { return c.gone }
+
+func newCall(n int) func() *call {
+	return func() *call { return &call{n: n, size: 1, done: make(chan struct{})} }
+}
+
+// recorder is a send function recording its batches.
+type recorder struct {
+	mu      sync.Mutex
+	batches [][]int
+}
+
+func (r *recorder) send(batch []*call) {
+	r.mu.Lock()
+	var ns []int
+	for _, c := range batch {
+		ns = append(ns, c.n)
+	}
+	r.batches = append(r.batches, ns)
+	r.mu.Unlock()
+	for _, c := range batch {
+		close(c.done)
+	}
+}
+
+func TestCallsGoAloneWhileAPlaceIsFree(t *testing.T) {
+	q := coalesce.New[*call](2, 8, nil)
+	for i := range 2 {
+		if _, now := q.Enter(newCall(i)); !now {
+			t.Fatalf("call %d queued with %d places and %d taken", i, 2, i)
+		}
+	}
+	c, now := q.Enter(newCall(2))
+	if now || c == nil || c.n != 2 {
+		t.Fatalf("third call: now %v, queued %+v; want it queued", now, c)
+	}
+	if got := q.Len(); got != 1 {
+		t.Errorf("Len %d, want 1", got)
+	}
+}
+
+// TestLeaveSendsTheQueueInBatches queues 7 calls behind the one place and
+// leaves it: they go out oldest first in batches of at most 3, and the place
+// is free again once the queue is empty.
+func TestLeaveSendsTheQueueInBatches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := coalesce.New[*call](1, 3, nil)
+		if _, now := q.Enter(newCall(-1)); !now {
+			t.Fatal("the first call was queued")
+		}
+		var queued []*call
+		for i := range 7 {
+			c, now := q.Enter(newCall(i))
+			if now {
+				t.Fatalf("call %d went alone while the place was taken", i)
+			}
+			queued = append(queued, c)
+		}
+		var r recorder
+		q.Leave(r.send)
+		synctest.Wait()
+		for _, c := range queued {
+			select {
+			case <-c.done:
+			default:
+				t.Fatalf("call %d never sent", c.n)
+			}
+		}
+		want := [][]int{{0, 1, 2}, {3, 4, 5}, {6}}
+		if !slices.EqualFunc(r.batches, want, slices.Equal) {
+			t.Errorf("batches %v, want %v", r.batches, want)
+		}
+		if _, now := q.Enter(newCall(7)); !now {
+			t.Error("the place was not given up once the queue was empty")
+		}
+	})
+}
+
+// TestFitsBoundsABatch weighs calls: a batch closes before the call that
+// would take it past 4, which opens the next.
+func TestFitsBoundsABatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fits := func(batch []*call, next *call) bool {
+			size := next.size
+			for _, c := range batch {
+				size += c.size
+			}
+			return size <= 4
+		}
+		q := coalesce.New(1, 8, fits)
+		q.Enter(newCall(-1))
+		for i, size := range []int{3, 1, 2, 2, 5, 1} {
+			q.Enter(func() *call { return &call{n: i, size: size, done: make(chan struct{})} })
+		}
+		var r recorder
+		q.Leave(r.send)
+		synctest.Wait()
+		// A call heavier than the bound still goes, alone.
+		want := [][]int{{0, 1}, {2, 3}, {4}, {5}}
+		if !slices.EqualFunc(r.batches, want, slices.Equal) {
+			t.Errorf("batches %v, want %v", r.batches, want)
+		}
+	})
+}
+
+// TestAbandonedCallsAreNeverSent abandons some queued calls: no batch holds
+// them, and when only abandoned calls are left the place is given up.
+func TestAbandonedCallsAreNeverSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := coalesce.New[*call](1, 8, nil)
+		q.Enter(newCall(-1))
+		var queued []*call
+		for i := range 4 {
+			c, _ := q.Enter(newCall(i))
+			queued = append(queued, c)
+		}
+		queued[1].gone, queued[3].gone = true, true
+		var r recorder
+		q.Leave(r.send)
+		synctest.Wait()
+		if want := [][]int{{0, 2}}; !slices.EqualFunc(r.batches, want, slices.Equal) {
+			t.Errorf("batches %v, want %v", r.batches, want)
+		}
+
+		// Only abandoned calls queued: nothing is sent, the place is free.
+		q.Enter(newCall(-1))
+		c, _ := q.Enter(newCall(9))
+		c.gone = true
+		r.batches = nil
+		q.Leave(r.send)
+		synctest.Wait()
+		if len(r.batches) != 0 {
+			t.Errorf("batches %v of abandoned calls, want none", r.batches)
+		}
+		if q.Len() != 0 {
+			t.Errorf("Len %d after the drain, want 0", q.Len())
+		}
+		if _, now := q.Enter(newCall(10)); !now {
+			t.Error("the place was not given up")
+		}
+	})
+}
+
+// TestConcurrentCallsAreEachAnsweredOnce runs many goroutines through a
+// Queue of 2 places: every call is answered exactly once, alone or in a
+// batch, and at most 2 sends are ever in flight.
+func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
+	const callers, perCaller, limit = 64, 50, 2
+	q := coalesce.New[*call](limit, 16, nil)
+	var inFlight, peak atomic.Int32
+	enter := func() {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+	}
+	answered := make([]atomic.Int32, callers*perCaller)
+	send := func(batch []*call) {
+		enter()
+		defer inFlight.Add(-1)
+		for _, c := range batch {
+			answered[c.n].Add(1)
+			close(c.done)
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			for i := range perCaller {
+				n := g*perCaller + i
+				c, now := q.Enter(newCall(n))
+				if now {
+					enter()
+					answered[n].Add(1)
+					inFlight.Add(-1)
+					q.Leave(send)
+					continue
+				}
+				<-c.done
+			}
+		})
+	}
+	wg.Wait()
+	for n := range answered {
+		if got := answered[n].Load(); got != 1 {
+			t.Fatalf("call %d answered %d times, want once", n, got)
+		}
+	}
+	if p := peak.Load(); p > limit {
+		t.Errorf("%d sends in flight at once, want at most %d", p, limit)
+	}
+}
