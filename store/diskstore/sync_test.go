@@ -33,6 +33,20 @@ func stalledLog(stalled *atomic.Bool, release <-chan struct{}) vfs.FS {
 // TestAnswersWaitForTheirFsync holds the write-ahead log's fsync and checks
 // that neither the batch that wrote nor a later read of what it wrote is
 // answered before the fsync completes.
+// applyAsync applies cmd to partition on a goroutine of its own and sends
+// the answer on the channel it returns.
+func applyAsync(t *testing.T, eng *engine.Engine, partition string, cmd engine.Command) <-chan engine.StepResult {
+	answer := make(chan engine.StepResult, 1)
+	go func() {
+		var out engine.StepResult
+		if err := eng.Apply(t.Context(), partition, &out, cmd); err != nil {
+			t.Error(err)
+		}
+		answer <- out
+	}()
+	return answer
+}
+
 func TestAnswersWaitForTheirFsync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var stalled atomic.Bool
@@ -58,23 +72,9 @@ func TestAnswersWaitForTheirFsync(t *testing.T) {
 		apply(t, s, "p", engine.Incr("n", 1, 60_000))
 
 		stalled.Store(true)
-		wrote := make(chan engine.StepResult, 1)
-		go func() {
-			var out engine.StepResult
-			if err := eng.Apply(t.Context(), "p", &out, engine.Incr("n", 1, 60_000)); err != nil {
-				t.Error(err)
-			}
-			wrote <- out
-		}()
+		wrote := applyAsync(t, eng, "p", engine.Incr("n", 1, 60_000))
 		synctest.Wait()
-		read := make(chan engine.StepResult, 1)
-		go func() {
-			var out engine.StepResult
-			if err := eng.Apply(t.Context(), "p", &out, engine.Get("n")); err != nil {
-				t.Error(err)
-			}
-			read <- out
-		}()
+		read := applyAsync(t, eng, "p", engine.Get("n"))
 		synctest.Wait()
 		select {
 		case out := <-wrote:
@@ -147,14 +147,7 @@ func TestDeferredStepsWaitForOneFsync(t *testing.T) {
 			done <- resp
 		}()
 		synctest.Wait()
-		read := make(chan engine.StepResult, 1)
-		go func() {
-			var out engine.StepResult
-			if err := eng.Apply(t.Context(), "a", &out, engine.Get("n")); err != nil {
-				t.Error(err)
-			}
-			read <- out
-		}()
+		read := applyAsync(t, eng, "a", engine.Get("n"))
 		synctest.Wait()
 		select {
 		case resp := <-done:
