@@ -103,9 +103,10 @@ type shard struct {
 	// nextExpiry is a lower bound on the earliest expiry in the shard:
 	// before it, nothing can be swept.
 	nextExpiry int64
-	// pausedUntil is when batches may sweep the shard again after a sweep
-	// that found few expired records (see SweepPause); a batch that needs
-	// room at capacity ignores it.
+	// pausedUntil is when batches may sweep the shard again in passing
+	// after a sweep that stopped early: the next millisecond, or after
+	// SweepPause if it found few expired records; a batch that needs room
+	// at capacity ignores it.
 	pausedUntil int64
 	exec        engine.Executor
 	view        view            // the partition being run, lent to exec
@@ -233,7 +234,7 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 
 	now := engine.UnixMilli(s.clock)
 	if now >= sh.nextExpiry && now >= sh.pausedUntil {
-		s.sweep(sh, now)
+		s.sweep(sh, now, false)
 	}
 	if hitShape(b) && !s.noFastPath {
 		if done, err := s.runHit(sh, b, now, out); done {
@@ -281,7 +282,11 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 // reserveKeys counts the keys writes would create and reserves them against
 // the cap. If the store is full it sweeps expired records, first from sh,
 // then from the other shards; a sweep may remove expired records that writes
-// then create anew, so each attempt counts again.
+// then create anew, so each attempt counts again. These sweeps examine a
+// whole shard if need be: a new key is refused only when no shard it could
+// sweep holds an expired record. A shard's earliest expiry gates them, so a
+// full store refusing new keys scans a shard again only once one of its
+// records has expired.
 func (s *Store) reserveKeys(sh *shard, writes []engine.Write, now int64) error {
 	for attempt := 0; ; attempt++ {
 		var created int64
@@ -298,7 +303,9 @@ func (s *Store) reserveKeys(sh *shard, writes []engine.Write, now int64) error {
 		s.keys.Add(-created)
 		switch attempt {
 		case 0:
-			s.sweep(sh, now)
+			if now >= sh.nextExpiry {
+				s.sweep(sh, now, true)
+			}
 		case 1:
 			s.sweepOthers(sh, now, created)
 		default:
@@ -320,7 +327,7 @@ func (s *Store) sweepOthers(sh *shard, now, need int64) {
 			continue
 		}
 		if now >= o.nextExpiry {
-			removed += int64(s.sweep(o, now))
+			removed += int64(s.sweep(o, now, true))
 		}
 		o.mu.Unlock()
 	}
@@ -337,10 +344,12 @@ func rewritten(writes []engine.Write, i int) bool {
 	return false
 }
 
-// sweep removes up to SweepBatch expired records from sh. When it examines
-// the whole shard it also recomputes the shard's earliest expiry. It returns
-// the number of records removed.
-func (s *Store) sweep(sh *shard, now int64) int {
+// sweep removes up to SweepBatch expired records from sh. A routine sweep,
+// the one a batch makes in passing, examines at most 4 × SweepBatch records;
+// a sweep for room (full) examines the whole shard if need be. When a sweep
+// examines the whole shard it also recomputes the shard's earliest expiry. It
+// returns the number of records removed.
+func (s *Store) sweep(sh *shard, now int64, full bool) int {
 	removed, examined := 0, 0
 	next := int64(math.MaxInt64)
 	complete := true
@@ -353,7 +362,7 @@ func (s *Store) sweep(sh *shard, now int64) int {
 		} else {
 			next = min(next, r.ExpireAt)
 		}
-		if removed == SweepBatch || examined == 4*SweepBatch {
+		if removed == SweepBatch || !full && examined == 4*SweepBatch {
 			complete = false
 			break
 		}
@@ -363,15 +372,14 @@ func (s *Store) sweep(sh *shard, now int64) int {
 	}
 	if complete {
 		sh.nextExpiry = next
+	} else if removed < SweepBatch {
+		// Few of the records examined had expired: sweeping on every batch
+		// would cost more than those records do.
+		sh.pausedUntil = now + SweepPause.Milliseconds()
 	} else {
 		// More may be expired: look again from the next millisecond, so a
 		// large shard is swept steadily without every batch paying for it.
-		sh.nextExpiry = now + 1
-		if removed < SweepBatch {
-			// Few of the records examined had expired: sweeping on every
-			// batch would cost more than those records do.
-			sh.pausedUntil = now + SweepPause.Milliseconds()
-		}
+		sh.pausedUntil = now + 1
 	}
 	return removed
 }

@@ -413,20 +413,28 @@ func TestConfigValidate(t *testing.T) {
 // many pauses the shard's sweeps for SweepPause, and that a batch needing
 // room at capacity still reclaims them meanwhile.
 func TestSweepPause(t *testing.T) {
-	const live, expired = 200, 20 // a sweep examines 128: never 32 expired
-	f := newFixture(t, live+expired, 1)
+	const live, expired, late = 200, 20, 10 // a sweep examines 128: never 32 expired
+	const capacity = live + expired + late
+	f := newFixture(t, capacity, 1)
 	for i := range live {
 		f.must("live", engine.Set("k"+strconv.Itoa(i), "v", 60_000))
 	}
 	for i := range expired {
 		f.must("short", engine.Set("k"+strconv.Itoa(i), "v", 1000))
 	}
-	f.clock.Advance(time.Second)
+	// Which expired records the first sweep finds depends on the map's
+	// order; these expire within its pause, so some are left to reclaim.
+	f.clock.Advance(50 * time.Millisecond)
+	for i := range late {
+		f.must("late", engine.Set("k"+strconv.Itoa(i), "v", 1000))
+	}
+	f.clock.Advance(950 * time.Millisecond)
 
 	// The first sweep stops after 128 records, having found fewer than
 	// SweepBatch expired, and pauses.
 	f.absent("probe", "k")
 	paused := f.store.Len()
+	f.clock.Advance(50 * time.Millisecond) // the late records expire
 	for range 10 {
 		f.clock.Advance(time.Millisecond)
 		f.absent("probe", "k")
@@ -436,11 +444,8 @@ func TestSweepPause(t *testing.T) {
 	}
 	// At capacity, a new key still reclaims an expired record.
 	fills := 0
-	for ; f.store.Len() < live+expired; fills++ {
+	for ; f.store.Len() < capacity; fills++ {
 		f.must("fill", engine.Set("f"+strconv.Itoa(fills), "v", 60_000))
-	}
-	if fills == 0 {
-		t.Fatal("the first sweep removed every expired record")
 	}
 	f.must("fill", engine.Set("one-more", "v", 60_000))
 	// After each pause, a batch sweeps again, until every expired record
@@ -452,5 +457,26 @@ func TestSweepPause(t *testing.T) {
 	f.len(live + fills + 1)
 	for i := range live {
 		f.value("live", "k"+strconv.Itoa(i), "v")
+	}
+}
+
+// TestCapacityExaminesTheWholeShard checks that a batch needing room finds
+// an expired record wherever it sits in its shard, not only among the
+// records a routine sweep examines.
+func TestCapacityExaminesTheWholeShard(t *testing.T) {
+	const live = 2000 // a routine sweep examines 128 of them
+	for round := range 20 {
+		f := newFixture(t, live+1, 1)
+		for i := range live {
+			f.must("live", engine.Set("k"+strconv.Itoa(i), "v", 60_000))
+		}
+		f.must("short", engine.Set("k", "v", 1000))
+		f.clock.Advance(time.Second)
+		if _, err := f.apply("new", engine.Set("k", "v", 60_000)); err != nil {
+			t.Fatalf("round %d: one expired record among %d: %v", round, live, err)
+		}
+		f.len(live + 1)
+		// Nothing is expired now: the next new key is refused.
+		f.full("new", engine.Set("k2", "v", 60_000))
 	}
 }
