@@ -56,6 +56,13 @@ func (e *Engine) Sync(ctx context.Context) error {
 	return nil
 }
 
+// Defers reports whether e's store can defer its fsyncs, so that
+// DoDeferred and Sync differ from Do.
+func (e *Engine) Defers() bool {
+	_, ok := e.store.(DeferredSyncStore)
+	return ok
+}
+
 // do runs r; leave leaves the Sync of its deferred steps to the caller
 // (DoDeferred), who then defers a single step too.
 func (e *Engine) do(ctx context.Context, r *Request, leave bool) (*Response, error) {

@@ -313,29 +313,68 @@ func TestFailedSyncAnswers503(t *testing.T) {
 		t.Fatalf("rpc that is not fair: %d %s", rec.Code, rec.Body)
 	}
 
-	// The same for each request of an envelope.
-	var env wire.Envelope
-	for _, r := range []wire.Request{incr(admission.DefaultFamily, "s0", "p0", "k"), incr("open", "", "", "k")} {
-		r.OperationID = engine.NewOperationID()
-		b, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.Requests = append(env.Requests, b)
-	}
-	body, err := json.Marshal(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := h.send(wire.PathRPCs, body)
+	// In an envelope on the embedded store every request that reaches the
+	// engine waits for the envelope's one fsync, fair or not; a request
+	// refused before it keeps its own answer.
+	bad := get(admission.DefaultFamily, "k")
+	bad.Steps[0].Partition = ""
+	rec := h.send(wire.PathRPCs, envelopeBody(t, incr(admission.DefaultFamily, "s0", "p0", "k"), incr("open", "", "", "k"), bad))
 	var answers wire.EnvelopeResponse
-	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &answers) != nil || len(answers.Answers) != 2 {
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &answers) != nil || len(answers.Answers) != 3 {
 		t.Fatalf("envelope: %d %s", rec.Code, rec.Body)
 	}
-	if a := answers.Answers[0]; a.Status != http.StatusServiceUnavailable || a.Problem == nil || a.Problem.Code != wire.CodeUnavailable || a.Response != nil {
-		t.Errorf("fair request of the envelope: %+v, want 503 guard_unavailable", a)
+	for i, what := range []string{"fair request", "request that is not fair"} {
+		if a := answers.Answers[i]; a.Status != http.StatusServiceUnavailable || a.Problem == nil || a.Problem.Code != wire.CodeUnavailable || a.Response != nil {
+			t.Errorf("%s of the envelope: %+v, want 503 guard_unavailable", what, a)
+		}
 	}
-	if a := answers.Answers[1]; a.Status != http.StatusOK || a.Response == nil {
-		t.Errorf("request that is not fair: %+v, want 200", a)
+	if a := answers.Answers[2]; a.Status != http.StatusBadRequest || a.Problem == nil || a.Problem.Code != wire.CodeInvalid {
+		t.Errorf("invalid request of the envelope: %+v, want 400 invalid", a)
 	}
+}
+
+// TestEnvelopeWaitsForOneFsync holds the write-ahead log's fsync while an
+// envelope of requests, fair and not, runs on the embedded store: every
+// batch runs deferred while the fsync is held, and the envelope answers
+// once, after one Sync.
+func TestEnvelopeWaitsForOneFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newDurableHarness(t)
+		for _, fam := range []string{admission.DefaultFamily, "open"} {
+			if rec := h.rpc(incr(fam, "s0", "", "k")); rec.Code != http.StatusOK {
+				t.Fatalf("first rpc of %s: %d %s", fam, rec.Code, rec.Body)
+			}
+		}
+		body := envelopeBody(t, incr("open", "", "", "a"), incr("open", "", "", "b"), incr(admission.DefaultFamily, "s1", "p1", "c"), incr("open", "", "", "a"))
+		h.ev.take()
+		h.hold.hold()
+		done := make(chan *httptest.ResponseRecorder, 1)
+		go func() { done <- h.send(wire.PathRPCs, body) }()
+		synctest.Wait()
+		before := h.ev.take()
+		h.hold.unhold()
+		rec := <-done
+		synctest.Wait()
+		after := h.ev.take()
+
+		// Three requests that are not fair, one batch each; a fair one,
+		// with its two reservations.
+		if want := slices.Repeat([]string{"defer"}, 6); !slices.Equal(before, want) {
+			t.Fatalf("%q ran while the fsync was held, want %q and no answer", before, want)
+		}
+		if count(after, "synced") != 1 || count(after, "answer") != 1 || after[len(after)-1] != "answer" ||
+			slices.Index(after, "synced") > slices.Index(after, "answer") || slices.Contains(after, "apply") {
+			t.Fatalf("after the release %q, want an fsync and one returned Sync, then the answer", after)
+		}
+		var answers wire.EnvelopeResponse
+		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &answers) != nil || len(answers.Answers) != 4 {
+			t.Fatalf("envelope: %d %s", rec.Code, rec.Body)
+		}
+		for i, want := range []int64{1, 1, 1, 2} {
+			a := answers.Answers[i]
+			if a.Status != http.StatusOK || a.Response == nil || a.Response.Steps[0].Results[0].Int != want {
+				t.Errorf("answer %d: %+v, want %d", i, a, want)
+			}
+		}
+	})
 }

@@ -31,9 +31,12 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	}
 	answers := make([]wire.Answer, len(reqs))
 	ctx := r.Context()
-	if len(reqs) == 1 {
+	switch {
+	case len(reqs) == 1:
 		answers[0] = s.answer(ctx, reqs[0])
-	} else {
+	case s.eng.Defers():
+		s.answerDeferred(ctx, reqs, answers)
+	default:
 		var wg sync.WaitGroup
 		for i, req := range reqs {
 			wg.Go(func() { answers[i] = s.answer(ctx, req) })
@@ -63,6 +66,42 @@ func (s *Server) answer(ctx context.Context, body []byte) wire.Answer {
 		return problemAnswer(code, reason)
 	}
 	return wire.Answer{Status: http.StatusOK, Response: resp}
+}
+
+// answerDeferred answers reqs one after another on a store that defers its
+// fsyncs, then waits for one fsync for all of them. A request's own
+// goroutine would cost more than its fsync wait saves here: the requests
+// of an envelope rarely share a partition, so they are committed one by
+// one either way, and a new goroutine grows its stack again for each. If
+// the fsync fails, every answer that rested on it becomes a 503.
+func (s *Server) answerDeferred(ctx context.Context, reqs [][]byte, answers []wire.Answer) {
+	var pending [wire.MaxEnvelope]bool
+	synced := true
+	for i, body := range reqs {
+		if len(body) > wire.MaxBody {
+			answers[i] = problemAnswer(wire.CodeTooLarge, fmt.Sprintf("request of %d bytes over the %d-byte bound", len(body), wire.MaxBody))
+			continue
+		}
+		resp, code, reason, p := s.runDeferred(ctx, body, true)
+		pending[i] = p
+		synced = synced && !p
+		if code != "" {
+			answers[i] = problemAnswer(code, reason)
+		} else {
+			answers[i] = wire.Answer{Status: http.StatusOK, Response: resp}
+		}
+	}
+	if synced {
+		return
+	}
+	if err := s.eng.Sync(ctx); err != nil {
+		code, reason := s.problem(err)
+		for i := range answers {
+			if pending[i] {
+				answers[i] = problemAnswer(code, reason)
+			}
+		}
+	}
 }
 
 func problemAnswer(code wire.Code, reason string) wire.Answer {

@@ -170,46 +170,57 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, b
 // admission, and the engine, which replays a known operation id. It
 // returns the response, or the code and reason of the error answer.
 func (s *Server) run(ctx context.Context, body []byte) (*engine.Response, wire.Code, string) {
-	// The request holds no reference to the body: every string is a copy.
-	req, err := decodeRequest(body)
-	if err != nil {
-		return nil, wire.CodeInvalid, err.Error()
-	}
-	if st, err := s.fence.get(ctx); err != nil {
-		s.log.Error("stop fence unreadable", "err", err)
-		return nil, wire.CodeUnavailable, "stop fence unreadable"
-	} else if st.Stopped {
-		return nil, wire.CodeStopped, "stopped by the operator"
-	}
-	pending := false // admission's charges are not yet durable
-	if s.cfg.Admission != nil {
-		var err error
-		if pending, err = s.cfg.Admission.AdmitDeferred(ctx, req); err != nil {
-			code, reason := s.problem(err)
-			return nil, code, reason
-		}
-	}
+	resp, code, reason, pending := s.runDeferred(ctx, body, false)
 	if !pending {
-		resp, err := s.eng.Do(ctx, req.Engine())
-		if err != nil {
-			code, reason := s.problem(err)
-			return nil, code, reason
-		}
-		return resp, "", ""
+		return resp, code, reason
 	}
 	// An admitted fair RPC: its charges, the subject request and its
 	// replay record wait for one fsync, which every answer follows, a
 	// failure's as well as a grant's. If it fails, nothing is granted.
-	resp, err := s.eng.DoDeferred(ctx, req.Engine())
-	if serr := s.eng.Sync(ctx); serr != nil {
-		code, reason := s.problem(serr)
-		return nil, code, reason
-	}
-	if err != nil {
+	if err := s.eng.Sync(ctx); err != nil {
 		code, reason := s.problem(err)
 		return nil, code, reason
 	}
-	return resp, "", ""
+	return resp, code, reason
+}
+
+// runDeferred is run, except that the answer it returns may rest on
+// deferred writes that are not yet durable: then pending is true, and the
+// caller calls Engine.Sync before it sends that answer, sending a 503
+// instead if the Sync fails. With all, every request that reaches the
+// engine runs deferred; otherwise only an admitted fair RPC does, whose
+// admission charges are deferred already.
+func (s *Server) runDeferred(ctx context.Context, body []byte, all bool) (resp *engine.Response, code wire.Code, reason string, pending bool) {
+	// The request holds no reference to the body: every string is a copy.
+	req, err := decodeRequest(body)
+	if err != nil {
+		return nil, wire.CodeInvalid, err.Error(), false
+	}
+	if st, err := s.fence.get(ctx); err != nil {
+		s.log.Error("stop fence unreadable", "err", err)
+		return nil, wire.CodeUnavailable, "stop fence unreadable", false
+	} else if st.Stopped {
+		return nil, wire.CodeStopped, "stopped by the operator", false
+	}
+	if s.cfg.Admission != nil {
+		// A refusal needs no Sync: admission writes nothing that a crash
+		// could lose to the caller's benefit (decision 0065).
+		if pending, err = s.cfg.Admission.AdmitDeferred(ctx, req); err != nil {
+			code, reason := s.problem(err)
+			return nil, code, reason, false
+		}
+	}
+	if pending || all {
+		resp, err = s.eng.DoDeferred(ctx, req.Engine())
+		pending = true
+	} else {
+		resp, err = s.eng.Do(ctx, req.Engine())
+	}
+	if err != nil {
+		code, reason := s.problem(err)
+		return nil, code, reason, pending
+	}
+	return resp, "", "", pending
 }
 
 // writeOK sends a 200 JSON answer.
