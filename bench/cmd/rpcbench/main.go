@@ -36,6 +36,7 @@ func main() {
 		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
 		coalesce = flag.Int("coalesce", 0, "RPCs Sluice's client has in flight before it coalesces calls into envelopes (client.Config.Coalesce; 0: the client's default)")
+		memtable = flag.Int("memtable", 0, "the durable store's Pebble memtable size in MiB (diskstore.Config.MemTableBytes; 0: the store's default)")
 		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
 	)
 	flag.Parse()
@@ -57,8 +58,13 @@ func main() {
 		os.Exit(2)
 	}
 	policy := diskstore.SyncPolicy(*fsync)
-	if policy != diskstore.SyncAlways {
-		opts.Store = func(c *diskstore.Config) { c.Sync = policy }
+	if policy != diskstore.SyncAlways || *memtable != 0 {
+		opts.Store = func(c *diskstore.Config) {
+			c.Sync = policy
+			if *memtable != 0 {
+				c.MemTableBytes = int64(*memtable) << 20
+			}
+		}
 	}
 	fmt.Printf("machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Printf("command: go run ./cmd/rpcbench %s\n", strings.Join(os.Args[1:], " "))
