@@ -31,35 +31,47 @@ const (
 // Hasher hashes values with one pepper. It is safe for concurrent use.
 type Hasher struct {
 	pepper []byte
-	// macs recycles HMAC states keyed with the pepper: keying one costs
-	// two SHA-256 blocks and several allocations, Reset only a copy.
-	macs sync.Pool
+	// states recycles HMAC states keyed with the pepper, with their
+	// buffers: keying one costs two SHA-256 blocks and several
+	// allocations, Reset only a copy.
+	states sync.Pool
+}
+
+// state is one HMAC keyed with the pepper and the buffers a hash needs, so
+// that a hash allocates only the string it returns.
+type state struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
+	hex [2 * sha256.Size]byte
 }
 
 // New returns a Hasher keyed with pepper. The caller checks the pepper's
 // length; New keeps its own copy.
 func New(pepper []byte) *Hasher {
 	h := &Hasher{pepper: append([]byte(nil), pepper...)}
-	h.macs.New = func() any { return hmac.New(sha256.New, h.pepper) }
+	h.states.New = func() any { return &state{mac: hmac.New(sha256.New, h.pepper)} }
 	return h
 }
 
 // Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of
 // purpose, a zero byte and value. A purpose must not contain a zero byte.
 func (h *Hasher) Hash(purpose, value string) string {
-	mac, ok := h.macs.Get().(hash.Hash)
-	if !ok {
-		mac = hmac.New(sha256.New, h.pepper)
+	st := h.states.Get().(*state)
+	st.mac.Reset()
+	st.in = append(append(append(st.in[:0], purpose...), 0), value...)
+	st.mac.Write(st.in)
+	hex.Encode(st.hex[:], st.mac.Sum(st.sum[:0]))
+	out := string(st.hex[:])
+	if cap(st.in) > maxKept {
+		st.in = nil // a rare long value: let its buffer go
 	}
-	mac.Reset()
-	buf := make([]byte, 0, len(purpose)+1+len(value))
-	buf = append(append(append(buf, purpose...), 0), value...)
-	mac.Write(buf)
-	var sum [sha256.Size]byte
-	mac.Sum(sum[:0])
-	h.macs.Put(mac)
-	return hex.EncodeToString(sum[:])
+	h.states.Put(st)
+	return out
 }
+
+// maxKept bounds the input buffer a pooled state keeps between hashes.
+const maxKept = 1 << 10
 
 // Step returns a copy of the step of partition and cmds with the partition
 // name and every key hashed. Values, lease ids and numbers are data and

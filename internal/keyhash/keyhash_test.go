@@ -3,6 +3,7 @@ package keyhash_test
 import (
 	"context"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/algo"
@@ -139,4 +140,27 @@ func deepCopy(cmds []engine.Command) []engine.Command {
 		out[i] = c
 	}
 	return out
+}
+
+func BenchmarkHash(b *testing.B) {
+	h := keyhash.New([]byte("0123456789abcdef0123456789abcdef"))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = h.Hash(keyhash.PurposeKey, "user:12345:orders")
+	}
+}
+
+func BenchmarkSteps(b *testing.B) {
+	h := keyhash.New([]byte("0123456789abcdef0123456789abcdef"))
+	steps := make([]engine.Step, 4)
+	for i := range steps {
+		steps[i].Partition = "tenant-" + strconv.Itoa(i)
+		for j := range 8 {
+			steps[i].Commands = append(steps[i].Commands, engine.Hit(1, engine.Window{Key: "w" + strconv.Itoa(j), Kind: algo.KindFixed, Limit: 10, WindowMs: 60_000}))
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = h.Steps(steps)
+	}
 }
