@@ -132,11 +132,13 @@ var errNoEnvelope = fmt.Errorf("%w: the server serves no %s", ErrUnavailable, wi
 // bounded by the client's timeout rather than by any caller's context.
 func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
 	bodies := make([][]byte, len(batch))
+	size := 0
 	for i, p := range batch {
 		bodies[i] = p.body
+		size += len(p.body)
 	}
 	// The body is the transport's until it is done with it: not pooled.
-	body := wire.AppendEnvelope(nil, bodies...)
+	body := wire.AppendEnvelope(make([]byte, 0, wire.EnvelopeSize(len(bodies), size)), bodies...)
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcsURL, bytes.NewReader(body))

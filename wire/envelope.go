@@ -155,7 +155,7 @@ func AppendProblem(dst []byte, p *Problem) []byte {
 // path for what Sluice's servers write, json.Unmarshal for anything else.
 func DecodeEnvelopeResponse(data []byte, r *EnvelopeResponse) error {
 	*r = EnvelopeResponse{}
-	s := scanner{data: data}
+	s := scanner{data: data, results: resultDecoder{bodies: MaxEnvelope}}
 	if s.envelopeResponse(r) && s.end() {
 		return nil
 	}

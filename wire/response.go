@@ -16,7 +16,7 @@ import (
 // decode the same bytes to the same Response and refuse the same answers.
 func DecodeResponse(data []byte, r *Response) error {
 	*r = Response{}
-	s := scanner{data: data}
+	s := scanner{data: data, results: resultDecoder{bodies: 1}}
 	if s.response(r) && s.end() {
 		return nil
 	}
@@ -82,23 +82,36 @@ func (s *scanner) stepResults() ([]engine.StepResult, bool) {
 	if s.next(']') {
 		return []engine.StepResult{}, true
 	}
-	steps := make([]engine.StepResult, 0, 4)
-	var results resultDecoder
+	d := &s.results
+	if d.steps == nil {
+		d.steps = make([]engine.StepResult, 0, min(max(len(s.data)/256, 1), max(d.bodies, 1)*engine.MaxSteps))
+	}
+	start := len(d.steps)
 	for {
-		steps = append(steps, engine.StepResult{})
-		if !results.step(s, &steps[len(steps)-1]) {
+		d.steps = append(d.steps, engine.StepResult{})
+		if !d.step(s, &d.steps[len(d.steps)-1]) {
 			return nil, false
 		}
 		more, ok := s.more(']')
-		if !ok || !more {
-			return steps, ok
+		if !ok {
+			return nil, false
+		}
+		if !more {
+			return d.steps[start:len(d.steps):len(d.steps)], true
 		}
 	}
 }
 
-// resultDecoder holds the backing arrays of one answer's results and window
-// results; each slice handed out is capped at its own length.
+// resultDecoder holds the backing arrays of the step results, results and
+// window results of one body, sized once from the body's length: a lone
+// response's, or every answer's of an envelope. Each slice handed out is
+// capped at its own length, so that appending to one never writes into
+// another's.
 type resultDecoder struct {
+	// bodies is the most responses the body holds, which bounds the first
+	// backing arrays: 1, or MaxEnvelope for an envelope's answers.
+	bodies  int
+	steps   []engine.StepResult
 	results []engine.Result
 	windows []engine.WindowResult
 }
@@ -154,7 +167,7 @@ func (d *resultDecoder) resultList(s *scanner) ([]engine.Result, bool) {
 		return []engine.Result{}, true
 	}
 	if d.results == nil {
-		d.results = make([]engine.Result, 0, min(max(len(s.data)/64, 1), engine.MaxCommands))
+		d.results = make([]engine.Result, 0, min(max(len(s.data)/64, 1), max(d.bodies, 1)*engine.MaxCommands))
 	}
 	start := len(d.results)
 	for {

@@ -21,6 +21,9 @@ type scanner struct {
 	pos  int
 	// buf holds a string with escapes while it is unescaped.
 	buf []byte
+	// results holds the backing arrays of every response's step results
+	// in data: an envelope's answers share them.
+	results resultDecoder
 }
 
 // maxSkipDepth bounds the nesting of a value the scanner skips; deeper
