@@ -7,6 +7,8 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -68,6 +70,9 @@ type worker struct {
 	writes []engine.Write // a round's writes, in order
 	view   roundView
 	last   map[string]int // a large round's last write of each key
+	order  []int32        // the writes encode writes, in key order
+	index  []byte         // the expiry index keys encode writes, end to end
+	ends   []int          // where each of index's keys ends
 }
 
 // Open opens (creating if needed) the store in cfg.Dir. It migrates a
@@ -254,6 +259,13 @@ func (s *Store) apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 // expiry moved to another bucket, and each replay record's row in its
 // bucket. Only the last write of a key counts; p must not yet hold any of
 // writes.
+//
+// The rows go into pb in key order, records first, then index entries (in
+// the order of their sequence numbers), then replay records: Pebble inserts
+// a batch's rows into its memtable one after another, starting each
+// search from where the last one ended, so rows that follow each other in
+// the key order are cheap to insert, and rows in a random order each pay a
+// search from the top of the memtable's skiplist.
 func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engine.Write) {
 	// A round of many batches finds each key's last write with a map; the
 	// usual handful of writes, by scanning.
@@ -267,16 +279,22 @@ func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engin
 			w.last[writes[i].Key] = i
 		}
 	}
+	order := w.order[:0]
 	for i := range writes {
-		wr := &writes[i]
-		if large && w.last[wr.Key] != i || !large && rewritten(writes, i) {
+		if large && w.last[writes[i].Key] != i || !large && rewritten(writes, i) {
 			continue
 		}
+		order = append(order, int32(i))
+	}
+	if len(order) > 1 {
+		slices.SortFunc(order, func(a, b int32) int { return strings.Compare(writes[a].Key, writes[b].Key) })
+	}
+	w.order = order
+	index := w.index[:0]
+	for _, i := range order {
+		wr := &writes[i]
 		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
-			w.rk = appendReplayKey(w.rk[:0], bucketOf(wr.Rec.ExpireAt), p.name, wr.Key)
-			w.val = appendValue(w.val[:0], &wr.Rec)
-			_ = pb.Set(w.rk, w.val, nil)
-			continue
+			continue // after the records and their index entries
 		}
 		w.rk = appendRecordKey(w.rk[:0], p.name, wr.Key)
 		old, had := p.recs.get(wr.Key)
@@ -291,8 +309,22 @@ func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engin
 		w.val = appendValue(w.val[:0], &wr.Rec)
 		_ = pb.Set(w.rk, w.val, nil)
 		if b := bucketOf(wr.Rec.ExpireAt); !had || bucketOf(old.ExpireAt) != b {
-			w.xk = appendIndexKey(w.xk[:0], b, s.seq.Add(1), w.rk)
-			_ = pb.Set(w.xk, nil, nil)
+			index = appendIndexKey(index, b, s.seq.Add(1), w.rk)
+			w.ends = append(w.ends, len(index))
+		}
+	}
+	start := 0
+	for _, end := range w.ends {
+		_ = pb.Set(index[start:end], nil, nil)
+		start = end
+	}
+	w.index, w.ends = index, w.ends[:0]
+	for _, i := range order {
+		wr := &writes[i]
+		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
+			w.rk = appendReplayKey(w.rk[:0], bucketOf(wr.Rec.ExpireAt), p.name, wr.Key)
+			w.val = appendValue(w.val[:0], &wr.Rec)
+			_ = pb.Set(w.rk, w.val, nil)
 		}
 	}
 }
