@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -59,13 +60,10 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 // have answered it.
 func (s *Server) answer(ctx context.Context, body []byte) wire.Answer {
 	if len(body) > wire.MaxBody {
-		return problemAnswer(wire.CodeTooLarge, fmt.Sprintf("request of %d bytes over the %d-byte bound", len(body), wire.MaxBody))
+		return tooLargeAnswer(body)
 	}
 	resp, code, reason := s.run(ctx, body)
-	if code != "" {
-		return problemAnswer(code, reason)
-	}
-	return wire.Answer{Status: http.StatusOK, Response: resp}
+	return answerOf(resp, code, reason)
 }
 
 // answerDeferred answers reqs one after another on a store that defers its
@@ -79,17 +77,12 @@ func (s *Server) answerDeferred(ctx context.Context, reqs [][]byte, answers []wi
 	synced := true
 	for i, body := range reqs {
 		if len(body) > wire.MaxBody {
-			answers[i] = problemAnswer(wire.CodeTooLarge, fmt.Sprintf("request of %d bytes over the %d-byte bound", len(body), wire.MaxBody))
+			answers[i] = tooLargeAnswer(body)
 			continue
 		}
 		resp, code, reason, p := s.runDeferred(ctx, body, true)
-		pending[i] = p
+		answers[i], pending[i] = answerOf(resp, code, reason), p
 		synced = synced && !p
-		if code != "" {
-			answers[i] = problemAnswer(code, reason)
-		} else {
-			answers[i] = wire.Answer{Status: http.StatusOK, Response: resp}
-		}
 	}
 	if synced {
 		return
@@ -102,6 +95,21 @@ func (s *Server) answerDeferred(ctx context.Context, reqs [][]byte, answers []wi
 			}
 		}
 	}
+}
+
+// answerOf is the answer of a request that run answered with resp, or
+// with the error of code and reason.
+func answerOf(resp *engine.Response, code wire.Code, reason string) wire.Answer {
+	if code != "" {
+		return problemAnswer(code, reason)
+	}
+	return wire.Answer{Status: http.StatusOK, Response: resp}
+}
+
+// tooLargeAnswer answers a request of an envelope over the bound of a lone
+// request's body.
+func tooLargeAnswer(body []byte) wire.Answer {
+	return problemAnswer(wire.CodeTooLarge, fmt.Sprintf("request of %d bytes over the %d-byte bound", len(body), wire.MaxBody))
 }
 
 func problemAnswer(code wire.Code, reason string) wire.Answer {
