@@ -197,6 +197,22 @@ func (h *durableHarness) rpc(r wire.Request) *httptest.ResponseRecorder {
 	return h.send(wire.PathRPC, body)
 }
 
+// held sends with the log's fsync held, takes what ran before the answer,
+// releases the fsync and returns the answer and what followed. It runs in
+// a synctest bubble.
+func (h *durableHarness) held(send func() *httptest.ResponseRecorder) (rec *httptest.ResponseRecorder, before, after []string) {
+	h.ev.take()
+	h.hold.hold()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- send() }()
+	synctest.Wait()
+	before = h.ev.take()
+	h.hold.unhold()
+	rec = <-done
+	synctest.Wait()
+	return rec, before, h.ev.take()
+}
+
 func count(log []string, ev string) int {
 	n := 0
 	for _, e := range log {
@@ -224,21 +240,8 @@ func TestFairRPCWaitsForOneFsync(t *testing.T) {
 				t.Fatalf("first rpc of %s: %d %s", fam, rec.Code, rec.Body)
 			}
 		}
-		// held sends r with the log's fsync held, checks what ran before
-		// the answer, releases the fsync and returns the answer and what
-		// followed.
 		held := func(what string, r wire.Request) (*httptest.ResponseRecorder, []string, []string) {
-			h.ev.take()
-			h.hold.hold()
-			done := make(chan *httptest.ResponseRecorder, 1)
-			go func() { done <- h.rpc(r) }()
-			synctest.Wait()
-			before := h.ev.take()
-			h.hold.unhold()
-			rec := <-done
-			synctest.Wait()
-			after := h.ev.take()
-			return rec, before, after
+			return h.held(func() *httptest.ResponseRecorder { return h.rpc(r) })
 		}
 		const n = 10
 		fsyncs := 0
@@ -346,16 +349,7 @@ func TestEnvelopeWaitsForOneFsync(t *testing.T) {
 			}
 		}
 		body := envelopeBody(t, incr("open", "", "", "a"), incr("open", "", "", "b"), incr(admission.DefaultFamily, "s1", "p1", "c"), incr("open", "", "", "a"))
-		h.ev.take()
-		h.hold.hold()
-		done := make(chan *httptest.ResponseRecorder, 1)
-		go func() { done <- h.send(wire.PathRPCs, body) }()
-		synctest.Wait()
-		before := h.ev.take()
-		h.hold.unhold()
-		rec := <-done
-		synctest.Wait()
-		after := h.ev.take()
+		rec, before, after := h.held(func() *httptest.ResponseRecorder { return h.send(wire.PathRPCs, body) })
 
 		// Three requests that are not fair, one batch each; a fair one,
 		// with its two reservations.
