@@ -104,6 +104,8 @@ type shard struct {
 	mu   sync.Mutex
 	recs map[uint64]*record
 	seed maphash.Seed // hashes keys; the store's, shared by every shard
+	// hashMask is all ones; tests narrow it so that keys collide.
+	hashMask uint64
 	// nextExpiry is a lower bound on the earliest expiry in the shard:
 	// before it, nothing can be swept.
 	nextExpiry int64
@@ -144,7 +146,7 @@ func (v *view) forget() { v.hasLast, v.lastKey, v.last = false, "", nil }
 // Distinct (partition, key) pairs collide only as two random 64-bit values
 // do; the map's own hash of this value spreads the slots.
 func (v *view) hash(key string) uint64 {
-	return v.phash ^ maphash.String(v.sh.seed, key)
+	return (v.phash ^ maphash.String(v.sh.seed, key)) & v.sh.hashMask
 }
 
 // lookup returns the record at key in v's partition, or nil.
@@ -226,6 +228,7 @@ func New(cfg Config) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].recs = make(map[uint64]*record)
 		s.shards[i].seed = keySeed
+		s.shards[i].hashMask = math.MaxUint64
 		s.shards[i].nextExpiry = math.MaxInt64
 	}
 	return s, nil
