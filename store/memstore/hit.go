@@ -69,12 +69,16 @@ func (s *Store) runHit(sh *shard, b *engine.Batch, phash uint64, now int64, out 
 	next, d := algo.Hit(lim, cur, now, c.Cost)
 	if d.Allowed && r == nil {
 		// A new key: reserve it against the cap as the executor's writes
-		// would be, sweeping if the store is full.
-		sh.one[0] = engine.Write{Key: w.Key}
-		err := s.reserveKeys(sh, sh.one[:], now)
-		sh.one[0] = engine.Write{}
-		if err != nil {
-			return true, err
+		// would be, sweeping if the store is full. Below the cap that is
+		// reserveKeys' first step, taken here without building its write.
+		if s.keys.Add(1) > s.max {
+			s.keys.Add(-1)
+			sh.one[0] = engine.Write{Key: w.Key}
+			err := s.reserveKeys(sh, sh.one[:], now)
+			sh.one[0] = engine.Write{}
+			if err != nil {
+				return true, err
+			}
 		}
 		r = v.create(w.Key)
 	}
