@@ -130,6 +130,11 @@ type view struct {
 	hasLast   bool
 	lastKey   string
 	last      *record // nil when lastKey is absent
+	// lastHash is lastKey's shard map key and lastHead the chain there,
+	// so that creating the record a lookup missed hashes and reads the map
+	// no more.
+	lastHash uint64
+	lastHead *record
 }
 
 func (v *view) reset(sh *shard, partition string, phash uint64) {
@@ -138,8 +143,8 @@ func (v *view) reset(sh *shard, partition string, phash uint64) {
 }
 
 // forget drops the remembered lookup. It must be called whenever a record
-// other than the one remembered is removed from the shard.
-func (v *view) forget() { v.hasLast, v.lastKey, v.last = false, "", nil }
+// is removed from the shard.
+func (v *view) forget() { v.hasLast, v.lastKey, v.last, v.lastHead = false, "", nil, nil }
 
 // hash returns the shard map key of key in v's partition: the partition's
 // hash, which chose the shard, combined with the key's under a second seed.
@@ -154,24 +159,28 @@ func (v *view) lookup(key string) *record {
 	if v.hasLast && key == v.lastKey {
 		return v.last
 	}
-	r := v.sh.recs[v.hash(key)]
+	h := v.hash(key)
+	head := v.sh.recs[h]
+	r := head
 	for r != nil && !r.is(v.partition, key) {
 		r = r.next
 	}
-	v.hasLast, v.lastKey, v.last = true, key, r
+	v.hasLast, v.lastKey, v.last, v.lastHash, v.lastHead = true, key, r, h, head
 	return r
 }
 
 // create adds an empty record at key in v's partition, which must not hold
 // one, and returns it. The caller has reserved it against the cap.
 func (v *view) create(key string) *record {
-	h := v.hash(key)
+	if !v.hasLast || key != v.lastKey {
+		v.lookup(key)
+	}
 	r := newRecord(v.partition, key)
-	r.next = v.sh.recs[h]
-	v.sh.recs[h] = r
-	// The new record is what a lookup of key now finds, and no other
-	// lookup has changed.
-	v.hasLast, v.lastKey, v.last = true, key, r
+	r.next = v.lastHead
+	v.sh.recs[v.lastHash] = r
+	// The new record is what a lookup of key now finds, at the head of
+	// its chain; no other key's record has moved.
+	v.last, v.lastHead = r, r
 	return r
 }
 
@@ -179,7 +188,7 @@ func (v *view) create(key string) *record {
 func (v *view) remove(key string, r *record) {
 	h := v.hash(key)
 	v.sh.unlink(h, r, v.sh.recs[h], nil)
-	v.hasLast, v.lastKey, v.last = true, key, nil
+	v.forget()
 }
 
 // unlink removes r, whose predecessor in the chain at h is prev (nil if r
