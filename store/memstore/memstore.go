@@ -95,7 +95,7 @@ type Store struct {
 // one map, keyed by a 64-bit hash of the record's partition and key
 // together (see view.hash). One map rather than a map of partitions each
 // holding a map of records means one hash and two memory reads (the map
-// slot, the record with its key inside it) to find a record, which is what
+// slot, the record with its key after it) to find a record, which is what
 // a hit costs among millions of keys. Records whose partition and key hash
 // alike, which a 64-bit keyed hash makes rare, share the slot in a chain
 // (record.next); the record's own copy of its partition and key tells them

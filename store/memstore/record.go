@@ -1,15 +1,16 @@
 package memstore
 
-import "github.com/sluicehq/sluice/engine"
+import (
+	"unsafe"
+
+	"github.com/sluicehq/sluice/engine"
+)
 
 // record is one stored record, held by pointer so that a write updates it
-// in place rather than storing it into the map again. It carries its own
-// partition and key, so that creating a record is one allocation, and
-// finding one reads the record and not a separate key: the record is 144
-// bytes (a size class of Go's allocator, TestRecordSize), and its
-// partition and key are inside it when together they take at most 52
-// bytes, as a route quota's do (a 32-hex-digit partition name under a
-// short prefix, and the quota's window key).
+// in place rather than storing it into the map again. Its partition and
+// key follow it in the same allocation (see keyed), so that creating a
+// record is one allocation and finding one reads the record and not a
+// separate key.
 type record struct {
 	engine.Record
 	// inline holds Data when it fits, as every fixed, sliding and gcra
@@ -18,24 +19,59 @@ type record struct {
 	// next is another record of the shard whose partition and key hash to
 	// the same map key, or nil.
 	next *record
-	// long holds the partition and the key, one after the other, when
-	// they do not fit in short.
-	long string
-	// plen and klen are the lengths of the partition and the key, at most
-	// engine.MaxKeyBytes each.
+	// plen and klen are the lengths of the partition and the key that
+	// follow the record, at most engine.MaxKeyBytes each.
 	plen, klen uint16
-	short      [52]byte
+}
+
+// keyed is a record followed by room for its partition and key: the first
+// field of a keyed[[n]byte] is the record, and record.key reads the bytes
+// after it. Each size newRecord allocates is an exact size class of Go's
+// allocator (TestRecordSizes), so the room costs no more than the bytes
+// of the partition and key rounded up to the next class: a record of a
+// route quota (a 32-hex-digit partition name under a short prefix, and
+// the quota's window key, about 50 bytes) takes 144 bytes, one of a short
+// partition and key 96.
+type keyed[K any] struct {
+	record
+	key K
 }
 
 // newRecord returns an empty record for key in partition.
 func newRecord(partition, key string) *record {
-	r := &record{plen: uint16(len(partition)), klen: uint16(len(key))}
-	if len(partition)+len(key) > len(r.short) {
-		r.long = partition + key
-	} else {
-		copy(r.short[copy(r.short[:], partition):], key)
+	var r *record
+	switch n := len(partition) + len(key); {
+	case n <= 16:
+		r = &new(keyed[[16]byte]).record // 96 bytes
+	case n <= 32:
+		r = &new(keyed[[32]byte]).record // 112
+	case n <= 48:
+		r = &new(keyed[[48]byte]).record // 128
+	case n <= 64:
+		r = &new(keyed[[64]byte]).record // 144
+	case n <= 80:
+		r = &new(keyed[[80]byte]).record // 160
+	case n <= 112:
+		r = &new(keyed[[112]byte]).record // 192
+	case n <= 176:
+		r = &new(keyed[[176]byte]).record // 256
+	case n <= 272:
+		r = &new(keyed[[272]byte]).record // 352
+	case n <= 432:
+		r = &new(keyed[[432]byte]).record // 512
+	default:
+		r = &new(keyed[[1072]byte]).record // 1,152: 2 × engine.MaxKeyBytes fit
 	}
+	r.plen, r.klen = uint16(len(partition)), uint16(len(key))
+	k := r.key()
+	copy(k[copy(k, partition):], key)
 	return r
+}
+
+// key returns the record's partition and key, one after the other. It is
+// valid only for a record newRecord allocated, which the bytes follow.
+func (r *record) key() []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(r), unsafe.Sizeof(*r))), int(r.plen)+int(r.klen))
 }
 
 // is reports whether r is the record of key in partition.
@@ -43,12 +79,9 @@ func (r *record) is(partition, key string) bool {
 	if int(r.plen) != len(partition) || int(r.klen) != len(key) {
 		return false
 	}
-	n := len(partition) + len(key)
-	if n > len(r.short) {
-		return r.long[:len(partition)] == partition && r.long[len(partition):] == key
-	}
+	k := r.key()
 	// Comparing with a conversion of a byte slice does not allocate.
-	return string(r.short[:len(partition)]) == partition && string(r.short[len(partition):n]) == key
+	return string(k[:len(partition)]) == partition && string(k[len(partition):]) == key
 }
 
 // set stores rec, copying its data into the record's own buffer when that

@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,7 +51,7 @@ func TestConformanceWithCollidingKeys(t *testing.T) {
 // two stores on one clock, one with its shard map keys narrowed to a few
 // bits (every record in one chain, or in a few), run the same random
 // batches of writes, deletions, window hits and reads over partitions and
-// keys of every length (some fit inside a record, some do not), and must
+// keys of lengths that fill records of several sizes, and must
 // answer alike after every one and hold the same number of keys. The
 // store is small enough to fill, and the clock moves on, so that sweeps
 // remove records from the heads, middles and tails of chains.
@@ -68,9 +69,10 @@ func TestCollidingKeysMatch(t *testing.T) {
 		}
 		plain, narrow := newStore(), newStore()
 		narrow.narrowHashes(rapid.SampledFrom([]uint64{0, 1, 3}).Draw(t, "mask"))
-		// Partitions and keys around the inline limit of 52 bytes together.
-		partitions := []string{"p", "q", strings.Repeat("p", 40), strings.Repeat("q", 51)}
-		keys := []string{"a", "b", strings.Repeat("k", 11), strings.Repeat("k", 12), strings.Repeat("k", 60)}
+		// Partitions and keys of lengths that fill records of several
+		// sizes, the longest allowed among them.
+		partitions := []string{"p", "q", strings.Repeat("p", 40), strings.Repeat("q", 51), strings.Repeat("r", engine.MaxKeyBytes)}
+		keys := []string{"a", "b", strings.Repeat("k", 11), strings.Repeat("k", 12), strings.Repeat("k", 60), strings.Repeat("l", engine.MaxKeyBytes)}
 		for i := range rapid.IntRange(1, 80).Draw(t, "batches") {
 			clock.Advance(time.Duration(rapid.IntRange(0, 1500).Draw(t, "advanceMs")) * time.Millisecond)
 			key := func(label string) string { return rapid.SampledFrom(keys).Draw(t, label) }
@@ -111,16 +113,41 @@ func TestCollidingKeysMatch(t *testing.T) {
 	})
 }
 
-// A record, its partition and key inside it, fills the allocator's
-// 144-byte size class, the figure docs/operations.md gives.
-func TestRecordSize(t *testing.T) {
-	if n := unsafe.Sizeof(record{}); n != 144 {
-		t.Fatalf("record is %d bytes, want 144", n)
+// A record and the room for its partition and key fill one of the
+// allocator's size classes exactly, for every length of partition and key:
+// what newRecord allocates is the bytes each size reports, no more, and it
+// holds the partition and key it was given.
+func TestRecordSizes(t *testing.T) {
+	if n := unsafe.Sizeof(record{}); n != 80 {
+		t.Fatalf("record is %d bytes, want 80", n)
+	}
+	var stats runtime.MemStats
+	allocated := func(f func()) uint64 {
+		runtime.ReadMemStats(&stats)
+		before := stats.TotalAlloc
+		f()
+		runtime.ReadMemStats(&stats)
+		return stats.TotalAlloc - before
+	}
+	for _, tc := range []struct{ n, bytes int }{
+		{2, 96}, {16, 96}, {17, 112}, {32, 112}, {33, 128}, {48, 128}, {49, 144}, {64, 144},
+		{65, 160}, {80, 160}, {81, 192}, {112, 192}, {113, 256}, {176, 256}, {177, 352},
+		{272, 352}, {273, 512}, {432, 512}, {433, 1152}, {2 * engine.MaxKeyBytes, 1152},
+	} {
+		partition := strings.Repeat("p", tc.n/2)
+		key := strings.Repeat("k", tc.n-tc.n/2)
+		var r *record
+		if got := allocated(func() { r = newRecord(partition, key) }); got != uint64(tc.bytes) {
+			t.Errorf("a record of %d bytes of partition and key allocates %d bytes, want %d", tc.n, got, tc.bytes)
+		}
+		if !r.is(partition, key) || r.is(partition+"k", key[1:]) || r.is(partition, key[1:]+"p") {
+			t.Errorf("a record of %d bytes of partition and key does not hold its own", tc.n)
+		}
 	}
 }
 
 // Creating a record is one allocation: the record, its partition and key
-// inside it (BenchmarkHitNewKey measures the time).
+// after it (BenchmarkHitNewKey measures the time).
 func TestCreatingARecordAllocatesOnce(t *testing.T) {
 	s, err := New(DefaultConfig())
 	if err != nil {
