@@ -26,8 +26,8 @@ type record struct {
 
 // keyed is a record followed by room for its partition and key: the first
 // field of a keyed[[n]byte] is the record, and record.key reads the bytes
-// after it. Each size newRecord allocates is an exact size class of Go's
-// allocator (TestRecordSizes), so the room costs no more than the bytes
+// after it. Each size newRecord allocates fills a size class of Go's
+// allocator exactly (TestRecordSizes), so the room costs no more than the bytes
 // of the partition and key rounded up to the next class: a record of a
 // route quota (a 32-hex-digit partition name under a short prefix, and
 // the quota's window key, about 50 bytes) takes 144 bytes, one of a short
@@ -60,7 +60,10 @@ func newRecord(partition, key string) *record {
 	case n <= 432:
 		r = &new(keyed[[432]byte]).record // 512
 	default:
-		r = &new(keyed[[1072]byte]).record // 1,152: 2 × engine.MaxKeyBytes fit
+		// 1,152 with the 8-byte header the allocator puts before an
+		// object of more than 512 bytes that holds pointers; the longest
+		// partition and key, 2 × engine.MaxKeyBytes, fit.
+		r = &new(keyed[[1064]byte]).record
 	}
 	r.plen, r.klen = uint16(len(partition)), uint16(len(key))
 	k := r.key()
