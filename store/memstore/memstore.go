@@ -15,6 +15,15 @@
 // pauses its sweeps for SweepPause, so that one always holding a few
 // expired records (windows of milliseconds) is not swept on every batch.
 //
+// Memory: a record is one allocation holding the record, its partition and
+// its key, rounded up to a size class of Go's allocator, and a 16-byte slot
+// in its shard's map. That is about 120 bytes of heap for a short partition
+// and key, 167 for a route quota's (a 32-hex-digit partition name and its
+// window key, about 50 bytes together), and about the length of longer ones
+// on top. A value of more than 24 bytes (a log window's, a replay
+// record's) takes a second allocation of its own size. Size MaxKeys by
+// that.
+//
 // A batch of the shape of nearly every rate-limit check, one win.hit of one
 // fixed, sliding or gcra window, perhaps followed by a kv.ttl of its key,
 // runs on its record directly instead of through the executor's buffered
