@@ -103,9 +103,10 @@ type Store struct {
 // A shard holds every record of the partitions whose names hash to it in
 // one map, keyed by a 64-bit hash of the record's partition and key
 // together (see view.hash). One map rather than a map of partitions each
-// holding a map of records means one hash and two memory reads (the map
-// slot, the record with its key after it) to find a record, which is what
-// a hit costs among millions of keys. Records whose partition and key hash
+// holding a map of records means one hash of the key (the partition's
+// chose the shard) and two memory reads (the map slot, the record with its
+// partition and key after it) to find a record, which is what a hit costs
+// among millions of keys. Records whose partition and key hash
 // alike, which a 64-bit keyed hash makes rare, share the slot in a chain
 // (record.next); the record's own copy of its partition and key tells them
 // apart. See docs/decisions/0073-memstore-records-by-hash.md.
@@ -200,8 +201,9 @@ func (v *view) remove(key string, r *record) {
 	v.forget()
 }
 
-// unlink removes r, whose predecessor in the chain at h is prev (nil if r
-// is the chain's head, head), from the shard's map.
+// unlink removes r from the chain at h, whose head is head. prev is r's
+// predecessor in the chain, or nil if r is the head or the caller does not
+// know it.
 func (sh *shard) unlink(h uint64, r, head, prev *record) {
 	if prev == nil && head != r {
 		for prev = head; prev.next != r; prev = prev.next {
