@@ -276,7 +276,8 @@ func doer(b *testing.B, eng *engine.Engine, replay bool) func(string) bool {
 //	key=new   every partition is new to the store, so every hit creates
 //	          its record: the store is replaced, untimed, every 20,000
 //	          hits, and its shard maps grow as they do in service
-//	key=held  every partition's record exists already
+//	key=held  every partition's record exists already; it also reports
+//	          the heap each record takes (heap-B/record)
 //
 // It runs on one goroutine only: the cost of a creation is the point, and
 // the replacement of the store would serialise parallel callers anyway.
@@ -317,15 +318,22 @@ func BenchmarkHitNewKey(b *testing.B) {
 	b.Run("key=held", func(b *testing.B) {
 		var out engine.StepResult
 		s := newStore()
+		var before, after runtime.MemStats
+		settle()
+		runtime.ReadMemStats(&before)
 		for _, i := range fillOrder(perStore) {
 			hit(s, parts[i], &out)
 		}
 		settle()
+		runtime.ReadMemStats(&after)
 		pick := newPicker(perStore)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
 			hit(s, parts[pick()], &out)
 		}
+		// The heap a record takes: the record, its share of the shard
+		// map, and whatever else the store allocates for it.
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/perStore, "heap-B/record")
 	})
 }

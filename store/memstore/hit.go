@@ -46,13 +46,13 @@ func windowRecord(k algo.Kind) engine.RecordKind {
 // runHit runs b, which has the shape hitShape accepts, on sh at now, whose
 // lock the caller holds. It reports false if it left b to the executor,
 // having changed nothing.
-func (s *Store) runHit(sh *shard, b *engine.Batch, now int64, out *engine.StepResult) (bool, error) {
+func (s *Store) runHit(sh *shard, b *engine.Batch, phash uint64, now int64, out *engine.StepResult) (bool, error) {
 	c := &b.Commands[0]
 	w := &c.Windows[0]
 	kind := windowRecord(w.Kind)
 	v := &sh.view
-	v.reset(sh, b.Partition)
-	defer v.reset(nil, "") // hold no reference to the caller's strings
+	v.reset(sh, b.Partition, phash)
+	defer v.reset(nil, "", 0) // hold no reference to the caller's strings
 
 	r := v.lookup(w.Key)
 	var cur algo.WindowState
@@ -69,16 +69,18 @@ func (s *Store) runHit(sh *shard, b *engine.Batch, now int64, out *engine.StepRe
 	next, d := algo.Hit(lim, cur, now, c.Cost)
 	if d.Allowed && r == nil {
 		// A new key: reserve it against the cap as the executor's writes
-		// would be, sweeping if the store is full.
-		sh.one[0] = engine.Write{Key: w.Key}
-		err := s.reserveKeys(sh, sh.one[:], now)
-		sh.one[0] = engine.Write{}
-		if err != nil {
-			return true, err
+		// would be, sweeping if the store is full. Below the cap that is
+		// reserveKeys' first step, taken here without building its write.
+		if s.keys.Add(1) > s.max {
+			s.keys.Add(-1)
+			sh.one[0] = engine.Write{Key: w.Key}
+			err := s.reserveKeys(sh, sh.one[:], now)
+			sh.one[0] = engine.Write{}
+			if err != nil {
+				return true, err
+			}
 		}
-		r = new(record)
-		sh.recs[string(v.key(w.Key))] = r
-		v.forget()
+		r = v.create(w.Key)
 	}
 
 	out.Skipped, out.Replayed, out.Denied = false, false, !d.Allowed

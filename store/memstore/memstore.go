@@ -15,6 +15,15 @@
 // pauses its sweeps for SweepPause, so that one always holding a few
 // expired records (windows of milliseconds) is not swept on every batch.
 //
+// Memory: a record is one allocation holding the record, its partition and
+// its key, rounded up to a size class of Go's allocator, and a 16-byte slot
+// in its shard's map. That is about 120 bytes of heap for a short partition
+// and key, 167 for a route quota's (a 32-hex-digit partition name and its
+// window key, about 50 bytes together), and about the length of longer ones
+// on top. A value of more than 24 bytes (a log window's, a replay
+// record's) takes a second allocation of its own size. Size MaxKeys by
+// that.
+//
 // A batch of the shape of nearly every rate-limit check, one win.hit of one
 // fixed, sliding or gcra window, perhaps followed by a kv.ttl of its key,
 // runs on its record directly instead of through the executor's buffered
@@ -25,7 +34,6 @@ package memstore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -81,7 +89,7 @@ func (c Config) Validate() error {
 // Store is the in-memory store. It is safe for concurrent use.
 type Store struct {
 	clock  engine.Clock
-	seed   maphash.Seed
+	seed   maphash.Seed // hashes partition names, choosing their shards
 	mask   uint64
 	max    int64
 	keys   atomic.Int64
@@ -93,13 +101,21 @@ type Store struct {
 }
 
 // A shard holds every record of the partitions whose names hash to it in
-// one map, keyed by partition and key together (see view.key). One map
-// rather than a map of partitions each holding a map of records means one
-// hash and three memory reads (the map slot, its key, the record) to find a
-// record, which is what a hit costs among millions of keys.
+// one map, keyed by a 64-bit hash of the record's partition and key
+// together (see view.hash). One map rather than a map of partitions each
+// holding a map of records means one hash of the key (the partition's
+// chose the shard) and two memory reads (the map slot, the record with its
+// partition and key after it) to find a record, which is what a hit costs
+// among millions of keys. Records whose partition and key hash
+// alike, which a 64-bit keyed hash makes rare, share the slot in a chain
+// (record.next); the record's own copy of its partition and key tells them
+// apart. See docs/decisions/0073-memstore-records-by-hash.md.
 type shard struct {
 	mu   sync.Mutex
-	recs map[string]*record
+	recs map[uint64]*record
+	seed maphash.Seed // hashes keys; the store's, shared by every shard
+	// hashMask is all ones; tests narrow it so that keys collide.
+	hashMask uint64
 	// nextExpiry is a lower bound on the earliest expiry in the shard:
 	// before it, nothing can be swept.
 	nextExpiry int64
@@ -114,59 +130,38 @@ type shard struct {
 	_           [64]byte        // keep neighbouring shards' locks off one cache line
 }
 
-// record is one stored record, held by pointer so that a write updates it
-// in place rather than storing it into the map again.
-type record struct {
-	engine.Record
-	// inline holds Data when it fits, as every fixed, sliding and gcra
-	// window state does, so a hit reads and writes a single allocation.
-	inline [24]byte
-}
-
-// set stores rec, copying its data into the record's own buffer when that
-// is large enough: a steady state allocates nothing.
-func (r *record) set(rec engine.Record) {
-	buf := r.Data[:0]
-	switch {
-	case cap(buf) >= len(rec.Data):
-	case len(rec.Data) <= len(r.inline):
-		buf = r.inline[:0]
-	default:
-		buf = make([]byte, 0, len(rec.Data))
-	}
-	r.Kind, r.ExpireAt = rec.Kind, rec.ExpireAt
-	r.Data = append(buf, rec.Data...) // rec.Data may be r.Data itself
-}
-
 // view is the engine.View of the partition a shard is running a batch on.
 // It remembers its last lookup, so that committing the one write of a
 // typical hit finds the record without hashing again.
 type view struct {
 	sh        *shard
 	partition string
-	buf       []byte // the shard map key of the last call to key
+	phash     uint64 // the hash of partition that chose sh
 	hasLast   bool
 	lastKey   string
 	last      *record // nil when lastKey is absent
+	// lastHash is lastKey's shard map key and lastHead the chain there,
+	// so that creating the record a lookup missed hashes and reads the map
+	// no more.
+	lastHash uint64
+	lastHead *record
 }
 
-func (v *view) reset(sh *shard, partition string) {
-	v.sh, v.partition = sh, partition
+func (v *view) reset(sh *shard, partition string, phash uint64) {
+	v.sh, v.partition, v.phash = sh, partition, phash
 	v.forget()
 }
 
 // forget drops the remembered lookup. It must be called whenever a record
-// is added to the shard or removed from it.
-func (v *view) forget() { v.hasLast, v.lastKey, v.last = false, "", nil }
+// is removed from the shard.
+func (v *view) forget() { v.hasLast, v.lastKey, v.last, v.lastHead = false, "", nil, nil }
 
-// key returns the shard map key of key in v's partition: the partition's
-// length, the partition and the key, so that no two (partition, key) pairs
-// share a map key. The result is valid until the next call.
-func (v *view) key(key string) []byte {
-	v.buf = binary.AppendUvarint(v.buf[:0], uint64(len(v.partition)))
-	v.buf = append(v.buf, v.partition...)
-	v.buf = append(v.buf, key...)
-	return v.buf
+// hash returns the shard map key of key in v's partition: the partition's
+// hash, which chose the shard, combined with the key's under a second seed.
+// Distinct (partition, key) pairs collide only as two random 64-bit values
+// do; the map's own hash of this value spreads the slots.
+func (v *view) hash(key string) uint64 {
+	return (v.phash ^ maphash.String(v.sh.seed, key)) & v.sh.hashMask
 }
 
 // lookup returns the record at key in v's partition, or nil.
@@ -174,9 +169,55 @@ func (v *view) lookup(key string) *record {
 	if v.hasLast && key == v.lastKey {
 		return v.last
 	}
-	r := v.sh.recs[string(v.key(key))] // a lookup by string(bytes) does not allocate
-	v.hasLast, v.lastKey, v.last = true, key, r
+	h := v.hash(key)
+	head := v.sh.recs[h]
+	r := head
+	for r != nil && !r.is(v.partition, key) {
+		r = r.next
+	}
+	v.hasLast, v.lastKey, v.last, v.lastHash, v.lastHead = true, key, r, h, head
 	return r
+}
+
+// create adds an empty record at key in v's partition, which must not hold
+// one, and returns it. The caller has reserved it against the cap.
+func (v *view) create(key string) *record {
+	if !v.hasLast || key != v.lastKey {
+		v.lookup(key)
+	}
+	r := newRecord(v.partition, key)
+	r.next = v.lastHead
+	v.sh.recs[v.lastHash] = r
+	// The new record is what a lookup of key now finds, at the head of
+	// its chain; no other key's record has moved.
+	v.last, v.lastHead = r, r
+	return r
+}
+
+// remove removes r, the record at key in v's partition, from the shard.
+func (v *view) remove(key string, r *record) {
+	h := v.hash(key)
+	v.sh.unlink(h, r, v.sh.recs[h], nil)
+	v.forget()
+}
+
+// unlink removes r from the chain at h, whose head is head. prev is r's
+// predecessor in the chain, or nil if r is the head or the caller does not
+// know it.
+func (sh *shard) unlink(h uint64, r, head, prev *record) {
+	if prev == nil && head != r {
+		for prev = head; prev.next != r; prev = prev.next {
+		}
+	}
+	switch {
+	case prev != nil:
+		prev.next = r.next
+	case r.next != nil:
+		sh.recs[h] = r.next
+	default:
+		delete(sh.recs, h)
+	}
+	r.next = nil
 }
 
 // Get implements engine.View.
@@ -203,8 +244,11 @@ func New(cfg Config) (*Store, error) {
 		max:    int64(cfg.MaxKeys),
 		shards: make([]shard, cfg.Shards),
 	}
+	keySeed := maphash.MakeSeed()
 	for i := range s.shards {
-		s.shards[i].recs = make(map[string]*record)
+		s.shards[i].recs = make(map[uint64]*record)
+		s.shards[i].seed = keySeed
+		s.shards[i].hashMask = math.MaxUint64
 		s.shards[i].nextExpiry = math.MaxInt64
 	}
 	return s, nil
@@ -228,7 +272,8 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := &s.shards[maphash.String(s.seed, b.Partition)&s.mask]
+	phash := maphash.String(s.seed, b.Partition)
+	sh := &s.shards[phash&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 
@@ -237,16 +282,16 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		s.sweep(sh, now, false)
 	}
 	if hitShape(b) && !s.noFastPath {
-		if done, err := s.runHit(sh, b, now, out); done {
+		if done, err := s.runHit(sh, b, phash, now, out); done {
 			return err
 		}
 	}
-	if reserveShape(b) && !s.noFastPath && s.runReserve(sh, b, now, out) {
+	if reserveShape(b) && !s.noFastPath && s.runReserve(sh, b, phash, now, out) {
 		return nil
 	}
 	v := &sh.view
-	v.reset(sh, b.Partition)
-	defer v.reset(nil, "") // hold no reference to the caller's strings
+	v.reset(sh, b.Partition, phash)
+	defer v.reset(nil, "", 0) // hold no reference to the caller's strings
 	writes, err := sh.exec.Run(v, now, b, out)
 	if err != nil || len(writes) == 0 {
 		return err
@@ -262,16 +307,13 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		r := v.lookup(w.Key)
 		if w.Delete {
 			if r != nil {
-				delete(sh.recs, string(v.key(w.Key)))
-				v.forget()
+				v.remove(w.Key, r)
 				s.keys.Add(-1)
 			}
 			continue
 		}
 		if r == nil {
-			r = new(record)
-			sh.recs[string(v.key(w.Key))] = r
-			v.forget()
+			r = v.create(w.Key)
 		}
 		r.set(w.Rec)
 		sh.nextExpiry = min(sh.nextExpiry, r.ExpireAt)
@@ -353,18 +395,28 @@ func (s *Store) sweep(sh *shard, now int64, full bool) int {
 	removed, examined := 0, 0
 	next := int64(math.MaxInt64)
 	complete := true
-	for key, r := range sh.recs {
-		examined++
-		if !r.Live(now) {
-			delete(sh.recs, key)
-			s.keys.Add(-1)
-			removed++
-		} else {
-			next = min(next, r.ExpireAt)
-		}
-		if removed == SweepBatch || !full && examined == 4*SweepBatch {
-			complete = false
-			break
+scan:
+	for h, head := range sh.recs {
+		var prev *record
+		for r := head; r != nil; {
+			examined++
+			after := r.next
+			if !r.Live(now) {
+				sh.unlink(h, r, head, prev)
+				if prev == nil {
+					head = after
+				}
+				s.keys.Add(-1)
+				removed++
+			} else {
+				next = min(next, r.ExpireAt)
+				prev = r
+			}
+			r = after
+			if removed == SweepBatch || !full && examined == 4*SweepBatch {
+				complete = false
+				break scan
+			}
 		}
 	}
 	if removed > 0 {

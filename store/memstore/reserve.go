@@ -27,11 +27,11 @@ func reserveShape(b *engine.Batch) bool {
 // runReserve runs b, which has the shape reserveShape accepts, on sh at
 // now, whose lock the caller holds. It reports false if it left b to the
 // executor, having changed nothing.
-func (s *Store) runReserve(sh *shard, b *engine.Batch, now int64, out *engine.StepResult) bool {
+func (s *Store) runReserve(sh *shard, b *engine.Batch, phash uint64, now int64, out *engine.StepResult) bool {
 	c := &b.Commands[0]
 	v := &sh.view
-	v.reset(sh, b.Partition)
-	defer v.reset(nil, "") // hold no reference to the caller's strings
+	v.reset(sh, b.Partition, phash)
+	defer v.reset(nil, "", 0) // hold no reference to the caller's strings
 
 	var (
 		recs [engine.MaxBudgets]*record
