@@ -56,10 +56,9 @@ func (e *Engine) Sync(ctx context.Context) error {
 	return nil
 }
 
-// Defers reports whether e's store can defer its fsyncs, so that
-// DoDeferred and Sync differ from Do.
-func (e *Engine) Defers() bool {
-	_, ok := e.store.(DeferredSyncStore)
+// Remote reports whether e's store is a RemoteStore.
+func (e *Engine) Remote() bool {
+	_, ok := e.store.(RemoteStore)
 	return ok
 }
 

@@ -75,6 +75,17 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // instant in the engine.
 func UnixMilli(c Clock) int64 { return c.Now().UnixMilli() }
 
+// RemoteStore is implemented by a store whose calls are round trips over
+// the network (Redis, a Sluice server through its client). A caller with
+// several independent requests to run gains by running them concurrently,
+// as their round trips then overlap; on any other store they are work for
+// the CPU, done as well one after another and without a goroutine each.
+type RemoteStore interface {
+	Store
+	// Remote does nothing: it marks the store.
+	Remote()
+}
+
 // RequestStore is implemented by a store that runs whole requests itself,
 // such as a remote server reached in one round trip. Engine.Do hands it the
 // validated request instead of calling Apply step by step; it must give the

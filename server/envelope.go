@@ -14,9 +14,11 @@ import (
 // The envelope is bounded, signed and verified as one body; then each of
 // its requests runs as if it had come alone to /v1/rpc — its own bounds,
 // the stop fence, admission, the engine with replay by its operation id —
-// and is answered on its own. They run concurrently, so that the store
-// commits them together (one fsync for a durable store) rather than one
-// after another; nothing orders them.
+// and is answered on its own. Nothing orders them. On a store reached over
+// the network (Redis) they run concurrently, so that their round trips
+// overlap; on any other they run one after another, and on one that can
+// defer its fsyncs (the embedded store) without waiting for theirs: the
+// envelope then waits for one fsync before it answers.
 func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	buf := envelopeBuffers.get()
 	defer envelopeBuffers.put(buf)
@@ -35,14 +37,14 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case len(reqs) == 1:
 		answers[0] = s.answer(ctx, reqs[0])
-	case s.eng.Defers():
-		s.answerDeferred(ctx, reqs, answers)
-	default:
+	case s.eng.Remote():
 		var wg sync.WaitGroup
 		for i, req := range reqs {
 			wg.Go(func() { answers[i] = s.answer(ctx, req) })
 		}
 		wg.Wait()
+	default:
+		s.answerInTurn(ctx, reqs, answers)
 	}
 	// Every request is decoded: the body's buffer now takes the answer.
 	out := append((*buf)[:0], `{"answers":[`...)
@@ -66,13 +68,14 @@ func (s *Server) answer(ctx context.Context, body []byte) wire.Answer {
 	return answerOf(resp, code, reason)
 }
 
-// answerDeferred answers reqs one after another on a store that defers its
-// fsyncs, then waits for one fsync for all of them. A request's own
-// goroutine would cost more than its fsync wait saves here: the requests
-// of an envelope rarely share a partition, so they are committed one by
-// one either way, and a new goroutine grows its stack again for each. If
-// the fsync fails, every answer that rested on it becomes a 503.
-func (s *Server) answerDeferred(ctx context.Context, reqs [][]byte, answers []wire.Answer) {
+// answerInTurn answers reqs one after another, each deferred on a store
+// that can defer its fsyncs, then waits for one fsync for all of them (on
+// any other store DoDeferred is Do and Sync does nothing). A request's own
+// goroutine would cost more than it saves here: the requests of an
+// envelope rarely share a partition, so a durable store commits them one
+// by one either way, and a new goroutine grows its stack again for each.
+// If the fsync fails, every answer that rested on it becomes a 503.
+func (s *Server) answerInTurn(ctx context.Context, reqs [][]byte, answers []wire.Answer) {
 	var pending [wire.MaxEnvelope]bool
 	synced := true
 	for i, body := range reqs {

@@ -2,17 +2,21 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -253,5 +257,94 @@ func TestMisconfiguredServerRefusesEnvelopes(t *testing.T) {
 	s.ServeHTTP(rec, signedEnvelope(body, body, wire.PathRPCs))
 	if c := code(t, rec); c != wire.CodeUnavailable {
 		t.Errorf("%d %s, want 503 guard_unavailable", rec.Code, rec.Body)
+	}
+}
+
+// gateStore holds every batch on partition "p" until release is closed,
+// counting those it holds.
+type gateStore struct {
+	engine.Store
+	mu      sync.Mutex
+	held    int
+	release chan struct{}
+}
+
+func (s *gateStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if b.Partition == "p" {
+		s.mu.Lock()
+		s.held++
+		s.mu.Unlock()
+		<-s.release
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+func (s *gateStore) holding() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held
+}
+
+// remoteGateStore is a gateStore that says it is reached over the network.
+type remoteGateStore struct{ *gateStore }
+
+func (remoteGateStore) Remote() {}
+
+// TestEnvelopeConcurrencyFollowsTheStore sends an envelope of four
+// requests to a server whose store holds every subject batch: on a store
+// reached over the network all four are held at once, their round trips
+// overlapping; on an in-process store one is, the next starting only when
+// it is done.
+func TestEnvelopeConcurrencyFollowsTheStore(t *testing.T) {
+	for _, remote := range []bool{true, false} {
+		t.Run(map[bool]string{true: "remote", false: "in-process"}[remote], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				mem, err := memstore.New(memstore.DefaultConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer mem.Close()
+				gate := &gateStore{Store: mem, release: make(chan struct{})}
+				var st engine.Store = gate
+				if remote {
+					st = remoteGateStore{gate}
+				}
+				cfg := server.DefaultConfig()
+				cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
+				srv := server.New(engine.New(st), cfg)
+
+				const n = 4
+				reqs := make([]wire.Request, n)
+				for i := range reqs {
+					reqs[i] = incr(admission.DefaultFamily, "", "", "k"+strconv.Itoa(i))
+				}
+				body := envelopeBody(t, reqs...)
+				rec := httptest.NewRecorder()
+				done := make(chan struct{})
+				go func() {
+					srv.ServeHTTP(rec, signedEnvelope(body, body, wire.PathRPCs))
+					close(done)
+				}()
+				synctest.Wait()
+				want := 1
+				if remote {
+					want = n
+				}
+				if got := gate.holding(); got != want {
+					t.Errorf("%d subject batches held at once, want %d", got, want)
+				}
+				close(gate.release)
+				<-done
+				var answers wire.EnvelopeResponse
+				if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &answers) != nil || len(answers.Answers) != n {
+					t.Fatalf("envelope: %d %s", rec.Code, rec.Body)
+				}
+				for i, a := range answers.Answers {
+					if a.Status != http.StatusOK {
+						t.Errorf("answer %d: %+v", i, a)
+					}
+				}
+			})
+		})
 	}
 }

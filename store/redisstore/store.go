@@ -187,6 +187,12 @@ func checkEviction(ctx context.Context, client Client) error {
 
 // Close closes the store and its client. Later calls fail with
 // engine.ErrClosed. Close is idempotent.
+var _ engine.RemoteStore = (*Store)(nil)
+
+// Remote marks the store as an engine.RemoteStore: every batch is a round
+// trip to Redis.
+func (*Store) Remote() {}
+
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
