@@ -25,6 +25,7 @@ type fixture struct {
 	clock *testclock.Clock
 	store *memstore.Store
 	probe *storeProbe // between the engine and the store
+	joint *jointProbe // the probe of a fixture over a store of joint steps, or nil
 	eng   *engine.Engine
 	logs  *countingHandler
 }

@@ -179,17 +179,18 @@ func (a *Admitter) Admit(ctx context.Context, req *wire.Request) error {
 
 // AdmitDeferred is Admit, except that the fairness charges of an admitted
 // RPC (the reservations of its source, prefix tiers and principal) run
-// with Engine.ApplyReservedPartitionDeferred, and AdmitDeferred does not
-// wait for them to be durable. It reports pending when it admitted req
+// deferred (one Engine.ApplyReservedJointDeferred on a store that runs
+// joint steps, otherwise Engine.ApplyReservedPartitionDeferred per
+// partition), and AdmitDeferred does not wait for them to be durable. It reports pending when it admitted req
 // after such charges: the caller then calls Engine.Sync (once, after the
 // subject request, which may itself run with Engine.DoDeferred) before it
 // answers anything, and answers guard_unavailable, never a grant, if Sync
 // fails. So a fair RPC on a store that fsyncs every commit waits for one
 // fsync instead of one per batch.
 //
-// A refusal needs no Sync: it grants nothing. The charges it made and
-// gave back (a source charged, then refunded when the principal refused)
-// cancel out; a crash that keeps the charge and loses the refund
+// A refusal needs no Sync: it grants nothing. A joint step that refuses
+// writes nothing. The charges two batches made and gave back (a source
+// charged, then refunded when the principal refused) cancel out; a crash that keeps the charge and loses the refund
 // over-charges, the safe direction. Everything else admission writes
 // (chunk leases, stops, warnings, audit records) waits for its own fsync
 // as before.

@@ -32,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/diskstore"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -174,55 +175,105 @@ func (d *discard) WriteHeader(status int)      { d.status = status }
 // so nothing is answered from a replay record), the same work in every
 // variant.
 func BenchmarkRPC(b *testing.B) {
-	secret := strings.Repeat("s", wire.MinSecretLen)
-	for _, tc := range []struct {
-		name            string
-		admission, fair bool
-		identities      bool
-	}{
-		{"admission=off", false, false, false},
-		{"admission=on", true, false, false},
-		{"admission=off-identities", false, false, true},
-		{"admission=on-fair", true, true, true},
-	} {
+	for _, tc := range rpcCases {
+		b.Run(tc.name, func(b *testing.B) { benchRPC(b, newEngine(b), tc) })
+	}
+}
+
+// BenchmarkRPCDurable is BenchmarkRPC over the embedded durable store
+// (fsync always, the default), where a fair RPC's charges are Pebble
+// commits: the store's share of bench/rpcbench's adm-* configurations,
+// without HTTP and the client.
+//
+//	admission=on-fair            the charges in one joint step
+//	                             (engine.JointStore)
+//	admission=on-fair-two-steps  the same over the store without its joint
+//	                             steps: the source with its tiers in one
+//	                             batch, the principal in a second, as on a
+//	                             store that cannot join them
+func BenchmarkRPCDurable(b *testing.B) {
+	for _, tc := range append(rpcCases, rpcCase{"admission=on-fair-two-steps", true, true, true}) {
 		b.Run(tc.name, func(b *testing.B) {
-			eng := newEngine(b)
-			cfg := server.DefaultConfig()
-			cfg.Secrets, cfg.OperatorToken = []string{secret}, strings.Repeat("o", wire.MinSecretLen)
-			if tc.admission {
-				cfg.Admission = admission.New(eng, benchConfig(tc.fair))
+			cfg := diskstore.DefaultConfig()
+			cfg.Dir = b.TempDir()
+			st, err := diskstore.Open(cfg)
+			if err != nil {
+				b.Fatal(err)
 			}
-			srv := server.New(eng, cfg)
-			var callers caller
-			runParallel(b, func(pb *testing.PB) {
-				id := callers.next()
-				identities := ""
-				if tc.identities {
-					identities = `"source":"src-` + id + `","principal":"principal-` + id +
-						`","sourceTiers":{"v6/56":"n56-` + id + `","v6/48":"n48-` + id + `"},`
-				}
-				prefix := []byte(`{"operationId":"` + id + `-`)
-				suffix := []byte(`","family":"default",` + identities + `"steps":[{"partition":"caller-` + id +
-					`","commands":[{"op":"win.hit","cost":1,"windows":[{"key":"w","kind":"sliding","limit":1099511627776,"windowMs":60000}]}]}]}`)
-				w := &discard{h: http.Header{}}
-				var seq int64
-				body := make([]byte, 0, len(prefix)+len(suffix)+20)
-				for pb.Next() {
-					seq++
-					body = append(strconv.AppendInt(append(body[:0], prefix...), seq, 10), suffix...)
-					ts := time.Now().Unix()
-					req := httptest.NewRequest(http.MethodPost, wire.PathRPC, bytes.NewReader(body))
-					req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
-					req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(secret), ts, http.MethodPost, wire.PathRPC, body))
-					clear(w.h)
-					w.status = http.StatusOK
-					srv.ServeHTTP(w, req)
-					if w.status != http.StatusOK {
-						b.Errorf("answer %d", w.status)
-						return
-					}
-				}
-			})
+			b.Cleanup(func() { st.Close() })
+			var s engine.Store = st
+			if tc.name == "admission=on-fair-two-steps" {
+				s = unjoined{st}
+			}
+			benchRPC(b, engine.New(s), tc)
 		})
 	}
+}
+
+// unjoined is the embedded store without its joint steps: a
+// DeferredSyncStore that is not a JointStore.
+type unjoined struct{ st *diskstore.Store }
+
+func (u unjoined) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	return u.st.Apply(ctx, b, out)
+}
+
+func (u unjoined) ApplyDeferred(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	return u.st.ApplyDeferred(ctx, b, out)
+}
+
+func (u unjoined) Sync(ctx context.Context) error { return u.st.Sync(ctx) }
+func (u unjoined) Close() error                   { return u.st.Close() }
+
+type rpcCase struct {
+	name            string
+	admission, fair bool
+	identities      bool
+}
+
+var rpcCases = []rpcCase{
+	{"admission=off", false, false, false},
+	{"admission=on", true, false, false},
+	{"admission=off-identities", false, false, true},
+	{"admission=on-fair", true, true, true},
+}
+
+func benchRPC(b *testing.B, eng *engine.Engine, tc rpcCase) {
+	secret := strings.Repeat("s", wire.MinSecretLen)
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{secret}, strings.Repeat("o", wire.MinSecretLen)
+	if tc.admission {
+		cfg.Admission = admission.New(eng, benchConfig(tc.fair))
+	}
+	srv := server.New(eng, cfg)
+	var callers caller
+	runParallel(b, func(pb *testing.PB) {
+		id := callers.next()
+		identities := ""
+		if tc.identities {
+			identities = `"source":"src-` + id + `","principal":"principal-` + id +
+				`","sourceTiers":{"v6/56":"n56-` + id + `","v6/48":"n48-` + id + `"},`
+		}
+		prefix := []byte(`{"operationId":"` + id + `-`)
+		suffix := []byte(`","family":"default",` + identities + `"steps":[{"partition":"caller-` + id +
+			`","commands":[{"op":"win.hit","cost":1,"windows":[{"key":"w","kind":"sliding","limit":1099511627776,"windowMs":60000}]}]}]}`)
+		w := &discard{h: http.Header{}}
+		var seq int64
+		body := make([]byte, 0, len(prefix)+len(suffix)+20)
+		for pb.Next() {
+			seq++
+			body = append(strconv.AppendInt(append(body[:0], prefix...), seq, 10), suffix...)
+			ts := time.Now().Unix()
+			req := httptest.NewRequest(http.MethodPost, wire.PathRPC, bytes.NewReader(body))
+			req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
+			req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(secret), ts, http.MethodPost, wire.PathRPC, body))
+			clear(w.h)
+			w.status = http.StatusOK
+			srv.ServeHTTP(w, req)
+			if w.status != http.StatusOK {
+				b.Errorf("answer %d", w.status)
+				return
+			}
+		}
+	})
 }

@@ -39,15 +39,22 @@
 // shared unknown bucket), each prefix tier (IPv4 /24, IPv6 /56 and /48) and
 // each principal may spend at most floor(family budget / divisor) commands
 // per UTC day (Shares). The source bucket and its tiers live in one
-// partition (keyed by the coarsest tier) and are reserved in one atomic
-// batch; the principal lives in its own partition. One batch cannot hold
-// both without a partition shared by every source and principal of the
-// family, which every fair RPC would serialise on. When the principal's
-// quota denies after the source's was reserved, the source reservation is
-// refunded, so a fairness denial spends nothing: no family allowance, no
-// quota, and no subject command runs. Between the two steps a concurrent
-// RPC may see the source reservation and be denied — a conservative error,
-// never an over-admission.
+// partition (keyed by the coarsest tier); the principal lives in its own
+// partition. Both are charged before any subject command runs, all or
+// nothing, so a fairness denial spends nothing: no family allowance, no
+// quota, and no subject command runs.
+//
+// On a store that runs joint steps (engine.Engine.Joins: the embedded
+// store) the two partitions are charged in one atomic step, one commit:
+// either both reservations commit or, when any quota refuses, neither
+// does. On any other store (memstore, Redis) the source with its tiers is
+// reserved in one batch and the principal in a second; when the
+// principal's quota denies after the source's was reserved, the source
+// reservation is refunded. Between the two batches a concurrent RPC may
+// see the source reservation and be denied — a conservative error, never
+// an over-admission. Either way one partition shared by every source and
+// principal of the family, which every fair RPC would serialise on, is
+// avoided. When both sides refuse, the answer names the source's axis.
 //
 // # The denial memory
 //

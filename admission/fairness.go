@@ -137,6 +137,8 @@ const maxQuotas = 2 + len(tierAxes)
 // those in one piece.
 type scratch struct {
 	out     engine.StepResult
+	outs    [2]engine.StepResult // of a joint step: the source's, the principal's
+	steps   [2]engine.Step
 	cmds    [maxQuotas]engine.Command
 	budgets [maxQuotas]engine.Budget
 	axes    [maxQuotas]axis
@@ -184,6 +186,7 @@ func (sc *scratch) add(ax axis, id, key string, limit int64) {
 // release returns sc to the pool, holding no caller's strings.
 func (sc *scratch) release() {
 	clear(sc.cmds[:sc.n])
+	clear(sc.steps[:])
 	clear(sc.budgets[:sc.n])
 	clear(sc.ids[:sc.n])
 	sc.n, sc.nn, sc.names = 0, 0, sc.names[:0]
@@ -208,14 +211,18 @@ func sideOf(ax axis) int {
 // principal, all or none.
 //
 // The source and its tiers share one partition (named by the coarsest
-// tier) and are reserved in one atomic batch; the principal, whose quota is
-// shared across all sources, lives in a partition of its own. One batch
-// cannot hold both without a partition common to every source and
-// principal of the family: a hotspot every fair RPC would serialise on.
-// So when the principal refuses after the source was charged, the source
-// charge is refunded, and the RPC spends nothing. Between the two batches
-// a concurrent RPC may see the source charged and be refused: a
-// conservative error, never an over-admission.
+// tier); the principal, whose quota is shared across all sources, lives in
+// a partition of its own. One partition cannot hold both without a
+// partition common to every source and principal of the family: a hotspot
+// every fair RPC would serialise on. So the two partitions are charged
+// together in one joint step when the store runs them
+// (engine.Engine.Joins): both charges commit, or, when either quota
+// refuses, neither does. On any other store the source with its tiers is
+// reserved in one batch and the principal in a second; when the principal
+// refuses after the source was charged, the source charge is refunded, and
+// the RPC spends nothing. Between the two batches a concurrent RPC may see
+// the source charged and be refused: a conservative error, never an
+// over-admission.
 func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *dayKeys, n int64) error {
 	sc := scratches.Get().(*scratch)
 	defer sc.release()
@@ -256,6 +263,11 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 			}
 		}
 		partition = names[srcPart]
+		if id.principal != "" && a.eng.Joins() {
+			charged := sc.n
+			sc.add(axisPrincipal, id.principal, k.quotaKey(axisPrincipal, id.principal), f.limits[axisPrincipal])
+			return a.reserveJoint(ctx, f, sc, partition, names[prinPart], charged, n, k.day, &gens)
+		}
 		if err := a.reserve(ctx, f, sc, partition, 0, n, k.day, &gens); err != nil {
 			return err
 		}
@@ -270,6 +282,51 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 		a.refund(ctx, f, sc, partition, charged, n)
 	}
 	return err
+}
+
+// reserveJoint reserves n on every budget of sc in one joint step: those
+// before split (the source and its tiers) in srcPart, the rest (the
+// principal) in prinPart, both reserved partitions' whole names. Either
+// both reservations commit or, when any quota refuses, neither does: no
+// refund. A refusal is remembered, every refusing axis of both sides, and
+// answered with the first refusing axis, the source's side first, as the
+// two batches of reserve answer it. A share too small for n refuses
+// without a store call.
+func (a *Admitter) reserveJoint(ctx context.Context, f *family, sc *scratch, srcPart, prinPart string, split int, n, day int64, gens *[2]int64) error {
+	for i := range sc.n {
+		if sc.budgets[i].Limit < n {
+			return f.limited[sc.axes[i]]
+		}
+	}
+	sc.cmds[0] = engine.Reserve("", n, sc.budgets[:split]...)
+	sc.cmds[1] = engine.Reserve("", n, sc.budgets[split:sc.n]...)
+	sc.steps[0] = engine.Step{Partition: srcPart, Commands: sc.cmds[0:1]}
+	sc.steps[1] = engine.Step{Partition: prinPart, Commands: sc.cmds[1:2]}
+	// Deferred: the caller of AdmitDeferred syncs before it answers.
+	if err := a.eng.ApplyReservedJointDeferred(ctx, sc.steps[:], sc.outs[:]); err != nil {
+		return a.unavailable("reserving fairness quotas", err)
+	}
+	var refusal error
+	for side, from := range [2]int{0, split} {
+		r := &sc.outs[side].Results[0]
+		if r.Allowed {
+			continue
+		}
+		for i, w := range r.Windows {
+			if w.Allowed {
+				continue
+			}
+			ax := sc.axes[from+i]
+			a.remember(f, ax, sc.ids[from+i], day, gens[sideOf(ax)], w.Remaining)
+			if refusal == nil {
+				refusal = f.limited[ax]
+			}
+		}
+		if refusal == nil {
+			refusal = f.limited[sc.axes[from]]
+		}
+	}
+	return refusal
 }
 
 // reserve reserves n on the budgets of sc from index from on, all in one

@@ -69,8 +69,8 @@ func spendUntil(t *testing.T, a *Admitter, callers []*wire.Request, refusals ...
 }
 
 // checkSharedSource: two processes behind one IPv6 /64 share its 100.
-func checkSharedSource(t *testing.T, sw switches) int64 {
-	fx := newFixture(t)
+func checkSharedSource(t *testing.T, newFx fixtureMaker, sw switches) int64 {
+	fx := newFx(t)
 	cfg := fairConfig(sw)
 	tiers := map[string]string{wire.TierV6Slash56: "n56", wire.TierV6Slash48: "n48"}
 	one, two := fx.admitter(cfg), fx.admitter(cfg)
@@ -78,8 +78,8 @@ func checkSharedSource(t *testing.T, sw switches) int64 {
 }
 
 // checkPrincipal: one principal across 30 sources gets its 100.
-func checkPrincipal(t *testing.T, sw switches) int64 {
-	fx := newFixture(t)
+func checkPrincipal(t *testing.T, newFx fixtureMaker, sw switches) int64 {
+	fx := newFx(t)
 	var callers []*wire.Request
 	for i := range 30 {
 		callers = append(callers, fairRPC(fmt.Sprintf("s%d", i), "alice", map[string]string{wire.TierV4Slash24: fmt.Sprintf("n%d", i)}))
@@ -89,8 +89,8 @@ func checkPrincipal(t *testing.T, sw switches) int64 {
 
 // checkTiers: 256 distinct /64s inside one /48 (over four /56s) get the
 // /48's 400.
-func checkTiers(t *testing.T, sw switches) int64 {
-	fx := newFixture(t)
+func checkTiers(t *testing.T, newFx fixtureMaker, sw switches) int64 {
+	fx := newFx(t)
 	var callers []*wire.Request
 	for i := range 256 {
 		callers = append(callers, fairRPC(fmt.Sprintf("s64-%d", i), "", map[string]string{
@@ -100,69 +100,79 @@ func checkTiers(t *testing.T, sw switches) int64 {
 }
 
 func TestFairness(t *testing.T) {
-	if got := checkSharedSource(t, switches{}); got != 100 {
-		t.Errorf("two processes on one /64 spent %d, want the source share 100", got)
-	}
-	if got := checkPrincipal(t, switches{}); got != 100 {
-		t.Errorf("one principal over 30 sources spent %d, want the principal share 100", got)
-	}
-	if got := checkTiers(t, switches{}); got != 400 {
-		t.Errorf("256 /64s in one /48 spent %d, want the /48 share 400", got)
-	}
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		if got := checkSharedSource(t, newFx, switches{}); got != 100 {
+			t.Errorf("two processes on one /64 spent %d, want the source share 100", got)
+		}
+		if got := checkPrincipal(t, newFx, switches{}); got != 100 {
+			t.Errorf("one principal over 30 sources spent %d, want the principal share 100", got)
+		}
+		if got := checkTiers(t, newFx, switches{}); got != 400 {
+			t.Errorf("256 /64s in one /48 spent %d, want the /48 share 400", got)
+		}
+	})
 }
 
 // TestFairnessNegativeControls switches each check off and expects the
 // matching assertion above to fail: the tests can tell.
 func TestFairnessNegativeControls(t *testing.T) {
-	if got := checkSharedSource(t, switches{noSource: true}); got == 100 {
-		t.Error("with source fairness off, the shared /64 still spent exactly its share")
-	}
-	if got := checkPrincipal(t, switches{noPrincipal: true}); got == 100 {
-		t.Error("with principal fairness off, the principal still spent exactly its share")
-	}
-	if got := checkTiers(t, switches{noTiers: true}); got == 400 {
-		t.Error("with the prefix tiers off, the /48 still spent exactly its share")
-	}
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		if got := checkSharedSource(t, newFx, switches{noSource: true}); got == 100 {
+			t.Error("with source fairness off, the shared /64 still spent exactly its share")
+		}
+		if got := checkPrincipal(t, newFx, switches{noPrincipal: true}); got == 100 {
+			t.Error("with principal fairness off, the principal still spent exactly its share")
+		}
+		if got := checkTiers(t, newFx, switches{noTiers: true}); got == 400 {
+			t.Error("with the prefix tiers off, the /48 still spent exactly its share")
+		}
+	})
 }
 
 func TestUnknownBucketIsShared(t *testing.T) {
-	fx := newFixture(t)
-	a := fx.admitter(fairConfig(switches{}))
-	// A fair family charges an RPC without a source to the unknown bucket,
-	// the same bucket clients name for unspecified or unparsable addresses.
-	got := spend(t, a, []*wire.Request{fairRPC("", "", nil), fairRPC(wire.UnknownSource, "", nil)})
-	if got != 100 {
-		t.Fatalf("missing and unknown sources spent %d, want one shared share of 100", got)
-	}
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		a := fx.admitter(fairConfig(switches{}))
+		// A fair family charges an RPC without a source to the unknown
+		// bucket, the same bucket clients name for unspecified or
+		// unparsable addresses.
+		got := spend(t, a, []*wire.Request{fairRPC("", "", nil), fairRPC(wire.UnknownSource, "", nil)})
+		if got != 100 {
+			t.Fatalf("missing and unknown sources spent %d, want one shared share of 100", got)
+		}
+	})
 }
 
 func TestFairnessDenialSpendsNothing(t *testing.T) {
-	fx := newFixture(t)
-	ctx := context.Background()
-	cfg := fairConfig(switches{})
-	a := fx.admitter(cfg)
-	// Spend alice's principal share from source s1.
-	if got := spend(t, a, []*wire.Request{fairRPC("s1", "alice", nil)}); got != 100 {
-		t.Fatalf("alice spent %d", got)
-	}
-	// Denials of alice from s2 must not charge s2's source quota…
-	for range 50 {
-		if err := a.Admit(ctx, fairRPC("s2", "alice", nil)); code(err) != wire.CodeLimited {
-			t.Fatalf("alice from s2: %v", err)
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		ctx := context.Background()
+		cfg := fairConfig(switches{})
+		a := fx.admitter(cfg)
+		// Spend alice's principal share from source s1.
+		if got := spend(t, a, []*wire.Request{fairRPC("s1", "alice", nil)}); got != 100 {
+			t.Fatalf("alice spent %d", got)
 		}
-	}
-	if got := spend(t, a, []*wire.Request{fairRPC("s2", "bob", nil)}); got != 100 {
-		t.Fatalf("s2 kept %d of its 100 after alice's refusals", got)
-	}
-	// …nor the family allowance: 2,000 − 200 spent remain for others.
-	var callers []*wire.Request
-	for i := range 19 {
-		callers = append(callers, fairRPC(fmt.Sprintf("o%d", i), fmt.Sprintf("p%d", i), nil))
-	}
-	// 19 callers could spend 1,900 by their quotas; the family holds 1,800.
-	if got := spendUntil(t, a, callers, wire.CodeLimited, wire.CodeStopped); got != 1800 {
-		t.Fatalf("others spent %d, want the 1800 left of the family allowance", got)
-	}
+		// Denials of alice from s2 must not charge s2's source quota…
+		for range 50 {
+			if err := a.Admit(ctx, fairRPC("s2", "alice", nil)); code(err) != wire.CodeLimited {
+				t.Fatalf("alice from s2: %v", err)
+			}
+		}
+		if got := spend(t, a, []*wire.Request{fairRPC("s2", "bob", nil)}); got != 100 {
+			t.Fatalf("s2 kept %d of its 100 after alice's refusals", got)
+		}
+		// …nor the family allowance: 2,000 − 200 spent remain for others.
+		var callers []*wire.Request
+		for i := range 19 {
+			callers = append(callers, fairRPC(fmt.Sprintf("o%d", i), fmt.Sprintf("p%d", i), nil))
+		}
+		// 19 callers could spend 1,900 by their quotas; the family holds
+		// 1,800.
+		if got := spendUntil(t, a, callers, wire.CodeLimited, wire.CodeStopped); got != 1800 {
+			t.Fatalf("others spent %d, want the 1800 left of the family allowance", got)
+		}
+	})
 }
 
 func TestResetFairnessIsAudited(t *testing.T) {

@@ -42,6 +42,37 @@ type DeferredSyncStore interface {
 	Sync(ctx context.Context) error
 }
 
+// MaxJointBatches is the most batches one joint step runs (JointStore).
+const MaxJointBatches = 4
+
+// JointStore is implemented by a store that can run batches on several
+// partitions as one atomic step (the embedded store). A server uses it
+// for its own state spread over partitions (admission charges a fair
+// RPC's source and its principal, which live in different partitions,
+// together): one commit instead of one per partition, and nothing to give
+// back when one of them refuses. Engine.ApplyReservedJointDeferred uses
+// it; a caller falls back to one batch per partition on a store that does
+// not implement it (one partition's keys on one Redis Cluster slot cannot
+// share a script with another's).
+type JointStore interface {
+	Store
+	// ApplyJoint runs bs, at most MaxJointBatches, each on a partition of
+	// its own, as one atomic step: no other batch on any of their
+	// partitions is interleaved, every batch is evaluated against the
+	// state before the step, and either the writes of every batch commit
+	// together or, when any batch holds a denied command
+	// (StepResult.Denied), none do. outs[i] receives bs[i]'s outcome as
+	// evaluated, so a batch reported allowed did not commit when another
+	// was denied. The batches carry no operation id. An error means the
+	// step had no effect, except ErrUnavailable, after which the outcome
+	// is unknown; a partition named twice is ErrInvalid.
+	//
+	// On a DeferredSyncStore ApplyJoint is deferred: it may return before
+	// the step's effects, and the state it read, are durable, and the
+	// caller calls Sync before it answers anything that rests on them.
+	ApplyJoint(ctx context.Context, bs []*Batch, outs []StepResult) error
+}
+
 // Batch is one step as a store sees it.
 type Batch struct {
 	Partition string

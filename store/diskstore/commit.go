@@ -44,9 +44,10 @@ type request struct {
 // round is one leader's round: what its callers wait for after it ran.
 type round struct {
 	p       *partition
-	pb      *pebble.Batch // awaiting its fsync; nil if there is none to wait for
-	barrier bool          // wrote nothing but read state not yet fsynced
-	waiters int           // callers that wait for the fsync (not deferred)
+	joint   [engine.MaxJointBatches - 1]*partition // a joint step's other partitions written
+	pb      *pebble.Batch                          // awaiting its fsync; nil if there is none to wait for
+	barrier bool                                   // wrote nothing but read state not yet fsynced
+	waiters int                                    // callers that wait for the fsync (not deferred)
 	durable sync.WaitGroup
 	err     error // the fsync's failure, set before durable is released
 	// refs counts the round's callers still to read it, and its finisher
@@ -104,6 +105,11 @@ func (s *Store) finish(rd *round) {
 	case rd.pb != nil:
 		err := rd.pb.SyncWait()
 		rd.p.unsynced.Add(-1)
+		for _, p := range rd.joint {
+			if p != nil {
+				p.unsynced.Add(-1)
+			}
+		}
 		if err != nil {
 			rd.err = s.fail(err)
 		}

@@ -61,6 +61,14 @@
 // fsync wait instead of one per step, with the same guarantee. A partition
 // holding state not yet fsynced is not evicted from memory meanwhile.
 //
+// The Store is also an engine.JointStore: ApplyJoint runs batches on
+// several partitions as one atomic step (admission charges a fair RPC's
+// source and principal so). It locks the partitions in a fixed order (by
+// hash, then name), evaluates every batch, and unless one is denied commits
+// all of their writes in one Pebble batch, which the write-ahead log keeps
+// or loses whole; it is deferred like ApplyDeferred, each written partition
+// counted unsynced until its fsync (see joint.go).
+//
 // If an fsync fails, memory is ahead of the disk and Pebble's log refuses
 // every later write: the store fails stop. Every later call returns an
 // error wrapping engine.ErrUnavailable, and reopening the directory

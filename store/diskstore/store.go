@@ -36,6 +36,7 @@ type Store struct {
 	workers  sync.Pool // *worker
 	requests sync.Pool // *request
 	rounds   sync.Pool // *round
+	joints   sync.Pool // *jointStep
 	present  *presence
 	// syncq holds the rounds whose fsync the syncer waits for.
 	syncq chan *round
@@ -103,6 +104,7 @@ func Open(cfg Config) (*Store, error) {
 	s.workers.New = func() any { return new(worker) }
 	s.requests.New = func() any { return &request{wake: make(chan bool, 1)} }
 	s.rounds.New = func() any { return new(round) }
+	s.joints.New = func() any { return new(jointStep) }
 	for i := range s.shards {
 		s.shards[i].init()
 	}

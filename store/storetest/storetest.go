@@ -47,6 +47,14 @@ func Run(t *testing.T, newStore NewStore) {
 		})
 		runCheck(t, "many_partitions", newStore, checkManyPartitions)
 	})
+	t.Run("joint", func(t *testing.T) {
+		clock := testclock.At(DefaultEpoch)
+		if _, ok := openStore(t, newStore, clock).(engine.JointStore); !ok {
+			t.Skip("the store runs no joint steps (engine.JointStore)")
+		}
+		runCheck(t, "all_or_nothing", newStore, checkJointAllOrNothing)
+		runCheck(t, "concurrency", newStore, checkJointConcurrency)
+	})
 	t.Run("reused_result", func(t *testing.T) {
 		clock := testclock.At(DefaultEpoch)
 		reused, fresh := openStore(t, newStore, clock), openStore(t, newStore, clock)
