@@ -46,6 +46,8 @@ type round struct {
 	p       *partition
 	joint   [engine.MaxJointBatches - 1]*partition // a joint step's other partitions written
 	pb      *pebble.Batch                          // awaiting its fsync; nil if there is none to wait for
+	lazy    uint64                                 // committed without asking for an fsync: its number (see durability)
+	covers  uint64                                 // the commits pb's fsync covers besides its own (see durability)
 	barrier bool                                   // wrote nothing but read state not yet fsynced
 	waiters int                                    // callers that wait for the fsync (not deferred)
 	durable sync.WaitGroup
@@ -102,8 +104,16 @@ func (s *Store) release(rd *round) {
 // its outcome and releases its waiting callers.
 func (s *Store) finish(rd *round) {
 	switch {
+	case rd.lazy != 0:
+		if err := s.durable.wait(s, rd.lazy); err != nil {
+			rd.err = err
+		}
+		rd.p.unsynced.Add(-1)
 	case rd.pb != nil:
 		err := rd.pb.SyncWait()
+		if err == nil {
+			s.durable.advance(rd.covers)
+		}
 		rd.p.unsynced.Add(-1)
 		for _, p := range rd.joint {
 			if p != nil {
@@ -180,7 +190,7 @@ func (s *Store) lead(p *partition, me *request, queued bool) {
 	if rd == nil {
 		return
 	}
-	if me.deferred && (rd.pb != nil || rd.barrier && rd.waiters > 0) {
+	if me.deferred && (rd.pb != nil || rd.lazy != 0 || rd.barrier && rd.waiters > 0) {
 		// The leader goes on at once; the syncer waits for the fsync.
 		s.syncq <- rd
 		return
@@ -242,8 +252,12 @@ func (s *Store) round(p *partition, w *worker) *round {
 	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
 	s.encode(w, pb, p, w.writes)
+	// A round whose callers all deferred its fsync asks for none: the
+	// fsync their Sync asks for covers it, and so does any other.
+	lazy := s.always && rd.waiters == 0
 	var err error
-	if s.always {
+	if s.always && !lazy {
+		rd.covers = s.durable.committed.Load()
 		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
 	} else {
 		err = s.db.Apply(pb, pebble.NoSync)
@@ -259,7 +273,11 @@ func (s *Store) round(p *partition, w *worker) *round {
 	}
 	p.apply(w.writes, s.seed)
 	clear(w.writes) // drop the references into the executors' buffers
-	if s.always {
+	switch {
+	case lazy:
+		rd.lazy = s.durable.committed.Add(1)
+		p.unsynced.Add(1)
+	case s.always:
 		rd.pb = pb
 		p.unsynced.Add(1)
 	}

@@ -55,9 +55,14 @@
 // A request of several steps does not wait for each step's fsync in turn:
 // the Store is an engine.DeferredSyncStore, so engine.Engine.Do runs every
 // step with ApplyDeferred (which returns once the step is in the log and
-// in memory; a goroutine of the store waits for its fsync) and then calls
-// Sync once, which returns when the log is fsynced past everything the
-// steps wrote or read. The request is answered after that, so it costs one
+// in memory) and then calls Sync once, which returns when the log is
+// fsynced past everything the steps wrote or read. A round whose callers
+// all deferred its fsync asks Pebble for none: asking would start an fsync
+// covering that round alone while the rest of the request still runs, and
+// the request's Sync would wait for a second one. The round is durable
+// with the next fsync anyone asks for (a Sync, a synced round), and a
+// goroutine of the store asks for one itself if none comes within a few
+// milliseconds (see durability.go). The request is answered after that, so it costs one
 // fsync wait instead of one per step, with the same guarantee. A partition
 // holding state not yet fsynced is not evicted from memory meanwhile.
 //

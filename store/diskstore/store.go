@@ -40,6 +40,8 @@ type Store struct {
 	present  *presence
 	// syncq holds the rounds whose fsync the syncer waits for.
 	syncq chan *round
+	// durable tracks which commits an fsync has covered (see durability).
+	durable durability
 	// seq numbers the expiry index entries (see layout.go): it keeps new
 	// entries at the end of their bucket; it may wrap.
 	seq atomic.Uint32
@@ -344,9 +346,11 @@ func rewritten(writes []engine.Write, i int) bool {
 
 // syncLog waits until everything Pebble has sequenced so far is fsynced.
 func (s *Store) syncLog() error {
+	covered := s.durable.committed.Load()
 	if err := s.db.LogData(nil, pebble.Sync); err != nil {
 		return s.fail(err)
 	}
+	s.durable.advance(covered)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -183,6 +184,102 @@ func TestDeferredStepsWaitForOneFsync(t *testing.T) {
 		}
 		if err := s.Sync(t.Context()); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// countedLog returns a file system that counts the write-ahead log's
+// fsyncs.
+func countedLog(fsyncs *atomic.Int64) vfs.FS {
+	return errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if strings.HasSuffix(op.Path, ".log") {
+				fsyncs.Add(1)
+			}
+		}
+		return nil
+	}))
+}
+
+// TestDeferredRoundsAskForNoFsync checks that rounds run with
+// ApplyDeferred start no fsync of their own: the one fsync that Sync asks
+// for covers them all, and each partition holds no unsynced state after
+// it; a deferred round whose caller never calls Sync is fsynced by the
+// store within lazyWait.
+func TestDeferredRoundsAskForNoFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var fsyncs atomic.Int64
+		cfg := DefaultConfig()
+		cfg.Dir = "db"
+		cfg.FS = countedLog(&fsyncs)
+		cfg.Clock = testclock.At(t0)
+		s, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		unsynced := func(name string) int32 {
+			h := maphash.String(s.seed, name)
+			sh := s.shard(h)
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			if p := sh.find(h, name); p != nil {
+				return p.unsynced.Load()
+			}
+			return 0
+		}
+		parts := []string{"a", "b", "c", "d", "e"}
+		for _, p := range parts {
+			apply(t, s, p, engine.Incr("n", 1, 60_000)) // synced: one fsync each at most
+		}
+		synctest.Wait()
+
+		before := fsyncs.Load()
+		for _, p := range parts {
+			var out engine.StepResult
+			b := &engine.Batch{Partition: p, Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+			if err := s.ApplyDeferred(t.Context(), b, &out); err != nil || out.Results[0].Int != 2 {
+				t.Fatalf("ApplyDeferred on %q = %+v, %v", p, out, err)
+			}
+		}
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 0 {
+			t.Fatalf("%d fsyncs after 5 deferred rounds, want none before Sync", n)
+		}
+		for _, p := range parts {
+			if unsynced(p) == 0 {
+				t.Fatalf("partition %q holds no unsynced state before Sync", p)
+			}
+		}
+		if err := s.Sync(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 1 {
+			t.Fatalf("%d fsyncs for 5 deferred rounds and one Sync, want 1", n)
+		}
+		for _, p := range parts {
+			if n := unsynced(p); n != 0 {
+				t.Fatalf("partition %q holds %d unsynced rounds after Sync", p, n)
+			}
+		}
+
+		// Without a Sync, the store fsyncs a deferred round itself.
+		before = fsyncs.Load()
+		var out engine.StepResult
+		b := &engine.Batch{Partition: "a", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+		if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 0 || unsynced("a") == 0 {
+			t.Fatalf("%d fsyncs, %d unsynced rounds at once, want none and one", n, unsynced("a"))
+		}
+		time.Sleep(lazyWait)
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 1 || unsynced("a") != 0 {
+			t.Fatalf("%d fsyncs, %d unsynced rounds after lazyWait, want one and none", n, unsynced("a"))
 		}
 	})
 }
