@@ -108,18 +108,13 @@ func (s *Store) finish(rd *round) {
 		if err := s.durable.wait(s, rd.lazy); err != nil {
 			rd.err = err
 		}
-		rd.p.unsynced.Add(-1)
+		rd.synced()
 	case rd.pb != nil:
 		err := rd.pb.SyncWait()
 		if err == nil {
 			s.durable.advance(rd.covers)
 		}
-		rd.p.unsynced.Add(-1)
-		for _, p := range rd.joint {
-			if p != nil {
-				p.unsynced.Add(-1)
-			}
-		}
+		rd.synced()
 		if err != nil {
 			rd.err = s.fail(err)
 		}
@@ -128,6 +123,16 @@ func (s *Store) finish(rd *round) {
 	}
 	rd.durable.Done()
 	s.release(rd)
+}
+
+// synced counts the round's partitions, the joint step's too, synced.
+func (rd *round) synced() {
+	rd.p.unsynced.Add(-1)
+	for _, p := range rd.joint {
+		if p != nil {
+			p.unsynced.Add(-1)
+		}
+	}
 }
 
 // syncer finishes the rounds whose leader did not wait for their fsync

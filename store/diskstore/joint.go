@@ -17,8 +17,8 @@ import (
 // them to memory and releases the locks. The step does not queue into its
 // partitions' rounds: it runs between them, under the same locks, and is
 // always deferred (ApplyDeferred): under SyncAlways its Pebble batch asks
-// for an fsync the syncer waits for, each partition counts it as unsynced
-// until then, and the caller makes it durable with Sync.
+// for no fsync (see durability), each partition counts it as unsynced
+// until an fsync covers it, and the caller makes it durable with Sync.
 //
 // One Pebble batch is atomic in the write-ahead log, so a crash keeps
 // every partition's writes of the step or none; and one commit per step
@@ -152,13 +152,10 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 			s.encode(w, pb, p, j.writes[i])
 		}
 	}
-	var err error
-	if s.always {
-		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
-	} else {
-		err = s.db.Apply(pb, pebble.NoSync)
-		_ = pb.Close()
-	}
+	// Deferred, the step asks for no fsync, as a deferred round does not
+	// (see durability).
+	err := s.db.Apply(pb, pebble.NoSync)
+	_ = pb.Close()
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -172,7 +169,7 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 		return nil, nil
 	}
 	rd := s.rounds.Get().(*round)
-	rd.pb = pb
+	rd.lazy = s.durable.committed.Add(1)
 	rd.refs.Store(1) // the syncer's finish alone
 	rd.durable.Add(1)
 	joined := 0
