@@ -308,22 +308,8 @@ func (a *Admitter) reserveJoint(ctx context.Context, f *family, sc *scratch, src
 	}
 	var refusal error
 	for side, from := range [2]int{0, split} {
-		r := &sc.outs[side].Results[0]
-		if r.Allowed {
-			continue
-		}
-		for i, w := range r.Windows {
-			if w.Allowed {
-				continue
-			}
-			ax := sc.axes[from+i]
-			a.remember(f, ax, sc.ids[from+i], day, gens[sideOf(ax)], w.Remaining)
-			if refusal == nil {
-				refusal = f.limited[ax]
-			}
-		}
-		if refusal == nil {
-			refusal = f.limited[sc.axes[from]]
+		if err := a.refusal(f, sc, &sc.outs[side].Results[0], from, day, gens); refusal == nil {
+			refusal = err
 		}
 	}
 	return refusal
@@ -345,7 +331,13 @@ func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partitio
 	if err := a.eng.ApplyReservedPartitionDeferred(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
 		return a.unavailable("reserving a fairness quota", err)
 	}
-	r := &sc.out.Results[0]
+	return a.refusal(f, sc, &sc.out.Results[0], from, day, gens)
+}
+
+// refusal returns nil if r, the result of a reserve on the budgets of sc
+// from index from on, was allowed; otherwise it remembers every axis that
+// refused and returns the first one's refusal.
+func (a *Admitter) refusal(f *family, sc *scratch, r *engine.Result, from int, day int64, gens *[2]int64) error {
 	if r.Allowed {
 		return nil
 	}

@@ -45,13 +45,7 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 	}
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed.Load() {
-		return engine.ErrClosed
-	}
-	if err := s.failure(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	j := s.joints.Get().(*jointStep)

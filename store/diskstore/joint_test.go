@@ -3,8 +3,6 @@ package diskstore
 import (
 	"fmt"
 	"hash/maphash"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 
@@ -36,29 +34,10 @@ func resident(s *Store, name string) *partition {
 // waits for the fsync), and that both are counted synced once it is done.
 func TestJointStepIsDeferred(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var stalled atomic.Bool
-		release := make(chan struct{})
-		cfg := DefaultConfig()
-		cfg.Dir = "db"
-		cfg.FS = stalledLog(&stalled, release)
-		cfg.Clock = testclock.At(t0)
-		cfg.MaxResident = 64 // one partition per shard
-		s, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		var once sync.Once
-		unstall := func() {
-			once.Do(func() {
-				stalled.Store(false)
-				close(release)
-			})
-		}
-		defer unstall()
+		s, log := openStalled(t, func(cfg *Config) { cfg.MaxResident = 64 }) // one partition per shard
 		eng := engine.New(s)
 
-		stalled.Store(true)
+		log.hold()
 		outs := make([]engine.StepResult, 2)
 		if err := eng.ApplyReservedJointDeferred(t.Context(), []engine.Step{reserveIn("a", 10), reserveIn("b", 10)}, outs); err != nil {
 			t.Fatal(err)
@@ -89,7 +68,7 @@ func TestJointStepIsDeferred(t *testing.T) {
 			}
 		}
 
-		unstall()
+		log.unhold()
 		if out := <-read; out.Results[0].Value != "1" {
 			t.Errorf("get = %q, want 1", out.Results[0].Value)
 		}

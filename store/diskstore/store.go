@@ -235,16 +235,22 @@ func (s *Store) Sync(ctx context.Context) error {
 // full waits for room.
 const syncQueue = 1024
 
-func (s *Store) apply(ctx context.Context, b *engine.Batch, out *engine.StepResult, deferred bool) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
+// enter reports why a call may not run: the store is closed or has failed,
+// or ctx has ended. The caller holds the gate shared.
+func (s *Store) enter(ctx context.Context) error {
 	if s.closed.Load() {
 		return engine.ErrClosed
 	}
 	if err := s.failure(); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	return ctx.Err()
+}
+
+func (s *Store) apply(ctx context.Context, b *engine.Batch, out *engine.StepResult, deferred bool) error {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	p := s.pin(b.Partition)

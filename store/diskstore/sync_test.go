@@ -17,18 +17,50 @@ import (
 	"github.com/sluicehq/sluice/internal/testclock"
 )
 
-// stalledLog returns a file system whose write-ahead log fsyncs block,
-// while stalled is true, until release is closed.
-func stalledLog(stalled *atomic.Bool, release <-chan struct{}) vfs.FS {
-	return errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+// logStall holds the write-ahead log's fsyncs of a store openStalled
+// opened, from hold until unhold.
+type logStall struct {
+	stalled atomic.Bool
+	release chan struct{}
+	once    sync.Once
+}
+
+func (l *logStall) hold() { l.stalled.Store(true) }
+
+func (l *logStall) unhold() {
+	l.once.Do(func() {
+		l.stalled.Store(false)
+		close(l.release)
+	})
+}
+
+// openStalled opens a store in memory, configured by modify, whose
+// write-ahead log fsyncs the returned logStall can hold. At the end of the
+// test it releases them, then closes the store, which waits for a held
+// batch.
+func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
+	t.Helper()
+	l := &logStall{release: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Dir = "db"
+	cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 		switch op.Kind {
 		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			if stalled.Load() && strings.HasSuffix(op.Path, ".log") {
-				<-release
+			if l.stalled.Load() && strings.HasSuffix(op.Path, ".log") {
+				<-l.release
 			}
 		}
 		return nil
 	}))
+	cfg.Clock = testclock.At(t0)
+	modify(&cfg)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(l.unhold) // first
+	return s, l
 }
 
 // TestAnswersWaitForTheirFsync holds the write-ahead log's fsync and checks
@@ -50,29 +82,11 @@ func applyAsync(t *testing.T, eng *engine.Engine, partition string, cmd engine.C
 
 func TestAnswersWaitForTheirFsync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var stalled atomic.Bool
-		release := make(chan struct{})
-		cfg := DefaultConfig()
-		cfg.Dir = "db"
-		cfg.FS = stalledLog(&stalled, release)
-		cfg.Clock = testclock.At(t0)
-		s, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		var once sync.Once
-		unstall := func() {
-			once.Do(func() {
-				stalled.Store(false)
-				close(release)
-			})
-		}
-		defer unstall() // before Close, which waits for the stalled batch
+		s, log := openStalled(t, func(*Config) {})
 		eng := engine.New(s)
 		apply(t, s, "p", engine.Incr("n", 1, 60_000))
 
-		stalled.Store(true)
+		log.hold()
 		wrote := applyAsync(t, eng, "p", engine.Incr("n", 1, 60_000))
 		synctest.Wait()
 		read := applyAsync(t, eng, "p", engine.Get("n"))
@@ -89,7 +103,7 @@ func TestAnswersWaitForTheirFsync(t *testing.T) {
 			t.Fatalf("q: %+v", got)
 		}
 
-		unstall()
+		log.unhold()
 		if out := <-wrote; out.Results[0].Int != 2 {
 			t.Errorf("incr = %d, want 2", out.Results[0].Int)
 		}
@@ -106,30 +120,11 @@ func TestAnswersWaitForTheirFsync(t *testing.T) {
 // holding unsynced deferred state is not evicted meanwhile.
 func TestDeferredStepsWaitForOneFsync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var stalled atomic.Bool
-		release := make(chan struct{})
-		cfg := DefaultConfig()
-		cfg.Dir = "db"
-		cfg.FS = stalledLog(&stalled, release)
-		cfg.Clock = testclock.At(t0)
-		cfg.MaxResident = 64 // one partition per shard
-		s, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		var once sync.Once
-		unstall := func() {
-			once.Do(func() {
-				stalled.Store(false)
-				close(release)
-			})
-		}
-		defer unstall()
+		s, log := openStalled(t, func(cfg *Config) { cfg.MaxResident = 64 }) // one partition per shard
 		eng := engine.New(s)
 		apply(t, s, "a", engine.Incr("n", 1, 60_000))
 
-		stalled.Store(true)
+		log.hold()
 		// ApplyDeferred returns with its fsync pending.
 		var out engine.StepResult
 		b := &engine.Batch{Partition: "c", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
@@ -174,7 +169,7 @@ func TestDeferredStepsWaitForOneFsync(t *testing.T) {
 			}
 		}
 
-		unstall()
+		log.unhold()
 		resp := <-done
 		if resp.Steps[0].Results[0].Int != 2 || resp.Steps[1].Results[0].Int != 1 {
 			t.Errorf("steps = %+v", resp.Steps)
