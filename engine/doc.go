@@ -55,7 +55,7 @@ a steady-state caller allocates nothing. [Engine.ApplyReserved] does the same
 on a reserved partition ([ReservedPartition]), which no request can name:
 servers keep their own state there, beside their callers' data.
 
-Two optional store interfaces let a server spend less on its own state.
+Optional store interfaces let a server spend less on its own state.
 A [DeferredSyncStore] (the embedded store, whose commits wait for an fsync)
 runs a batch without that wait and makes everything so far durable with one
 Sync ([Engine.DoDeferred], [Engine.ApplyReservedPartitionDeferred],
@@ -63,10 +63,15 @@ Sync ([Engine.DoDeferred], [Engine.ApplyReservedPartitionDeferred],
 distinct partitions as one atomic step: all of their writes commit, or, when
 any batch holds a denial, none do ([Engine.ApplyReservedJointDeferred], on
 reserved partitions only). A caller asks the engine whether its store can
-([Engine.Defers], [Engine.Joins]), never which store it is, and falls back to
-one batch per partition where it cannot (Redis Cluster keeps partitions on
-different slots, which no script may span). This is the one exception to
-"no snapshot consistency across partitions", and requests cannot reach it.
+([Engine.Joins]), never which store it is, and falls back to one batch per
+partition where it cannot (Redis Cluster keeps partitions on different
+slots, which no script may span). This is the one exception to "no
+snapshot consistency across partitions", and requests cannot reach it. On
+any other store DoDeferred is Do and Sync does nothing, so a caller needs
+no check to use them. A [RemoteStore] (Redis, a server through its client)
+is one whose calls are network round trips: a caller with many independent
+requests runs them concurrently there ([Engine.Remote]) and one after
+another elsewhere.
 
 # Commands
 
