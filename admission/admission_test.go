@@ -45,6 +45,15 @@ type storeProbe struct {
 var errInjected = errors.New("injected store failure")
 
 func (p *storeProbe) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if err := p.see(b); err != nil {
+		return err
+	}
+	return p.Store.Apply(ctx, b, out)
+}
+
+// see counts b on its partition and runs the hook, then returns
+// errInjected if fail says so.
+func (p *storeProbe) see(b *engine.Batch) error {
 	p.mu.Lock()
 	if p.batches == nil {
 		p.batches = map[string]int{}
@@ -58,7 +67,7 @@ func (p *storeProbe) Apply(ctx context.Context, b *engine.Batch, out *engine.Ste
 	if fail != nil && fail(b.Partition, b.Commands) {
 		return errInjected
 	}
-	return p.Store.Apply(ctx, b, out)
+	return nil
 }
 
 // count returns how many batches reached partitions whose reserved name

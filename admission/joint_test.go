@@ -31,18 +31,8 @@ type jointProbe struct {
 }
 
 func (p *jointProbe) ApplyDeferred(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
-	p.mu.Lock()
-	if p.batches == nil {
-		p.batches = map[string]int{}
-	}
-	p.batches[b.Partition]++
-	hook, fail := p.hook, p.fail
-	p.mu.Unlock()
-	if hook != nil {
-		hook(b.Partition, b.Commands)
-	}
-	if fail != nil && fail(b.Partition, b.Commands) {
-		return errInjected
+	if err := p.see(b); err != nil {
+		return err
 	}
 	return p.joint.ApplyDeferred(ctx, b, out)
 }

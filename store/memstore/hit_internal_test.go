@@ -114,18 +114,7 @@ func TestFastPathMatchesExecutor(t *testing.T) {
 			if err := b.Validate(); err != nil {
 				continue // a cost the window's kind refuses, or a repeated key
 			}
-			var outFast, outSlow engine.StepResult
-			errFast := fast.Apply(context.Background(), &b, &outFast)
-			errSlow := slow.Apply(context.Background(), &b, &outSlow)
-			if (errFast == nil) != (errSlow == nil) || errFast != nil && !sameError(errFast, errSlow) {
-				t.Fatalf("batch %d %+v: fast path error %v, executor error %v", i, b, errFast, errSlow)
-			}
-			if errFast == nil && !reflect.DeepEqual(normal(outFast), normal(outSlow)) {
-				t.Fatalf("batch %d %+v:\nfast path %+v\nexecutor  %+v", i, b, outFast, outSlow)
-			}
-			if fast.Len() != slow.Len() {
-				t.Fatalf("batch %d %+v: fast path holds %d keys, executor %d", i, b, fast.Len(), slow.Len())
-			}
+			applyBoth(t, i, &b, fast, "the fast path", slow, "the executor")
 		}
 	})
 }
@@ -150,4 +139,22 @@ func normal(out engine.StepResult) engine.StepResult {
 		}
 	}
 	return out
+}
+
+// applyBoth applies b, the i-th batch of a test, to two stores that must
+// agree on every batch, and fails unless they give the same error or the
+// same results and hold the same number of records after it.
+func applyBoth(t interface{ Fatalf(string, ...any) }, i int, b *engine.Batch, x *Store, xName string, y *Store, yName string) {
+	var outX, outY engine.StepResult
+	errX := x.Apply(context.Background(), b, &outX)
+	errY := y.Apply(context.Background(), b, &outY)
+	if (errX == nil) != (errY == nil) || errX != nil && !sameError(errX, errY) {
+		t.Fatalf("batch %d %+v: error %v with %s, %v with %s", i, *b, errX, xName, errY, yName)
+	}
+	if errX == nil && !reflect.DeepEqual(normal(outX), normal(outY)) {
+		t.Fatalf("batch %d %+v:\n%s %+v\n%s %+v", i, *b, xName, outX, yName, outY)
+	}
+	if x.Len() != y.Len() {
+		t.Fatalf("batch %d %+v: %d records with %s, %d with %s", i, *b, x.Len(), xName, y.Len(), yName)
+	}
 }

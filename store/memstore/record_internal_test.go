@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -97,18 +96,7 @@ func TestCollidingKeysMatch(t *testing.T) {
 			if err := b.Validate(); err != nil {
 				continue // a repeated key
 			}
-			var outPlain, outNarrow engine.StepResult
-			errPlain := plain.Apply(context.Background(), &b, &outPlain)
-			errNarrow := narrow.Apply(context.Background(), &b, &outNarrow)
-			if (errPlain == nil) != (errNarrow == nil) || errPlain != nil && !sameError(errPlain, errNarrow) {
-				t.Fatalf("batch %d %+v: error %v, with colliding keys %v", i, b, errPlain, errNarrow)
-			}
-			if errPlain == nil && !reflect.DeepEqual(normal(outPlain), normal(outNarrow)) {
-				t.Fatalf("batch %d %+v:\n%+v\nwith colliding keys\n%+v", i, b, outPlain, outNarrow)
-			}
-			if plain.Len() != narrow.Len() {
-				t.Fatalf("batch %d %+v: %d keys, with colliding keys %d", i, b, plain.Len(), narrow.Len())
-			}
+			applyBoth(t, i, &b, plain, "the plain store", narrow, "colliding keys")
 		}
 	})
 }
