@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ type Options struct {
 	// Server goroutines carry the pprof label side=server and callers
 	// side=client, so the two can be told apart (go tool pprof -tagfocus).
 	CPUProfile io.Writer
+	// Trace, when set, receives an execution trace of the measured time
+	// (go tool trace; its -pprof=sync and -pprof=syscall views show where
+	// calls wait).
+	Trace io.Writer
 }
 
 // Result is one measurement of one configuration.
@@ -251,6 +256,16 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 				return Result{}, err
 			}
 		}
+		if o.Trace != nil {
+			if err := trace.Start(o.Trace); err != nil {
+				if o.CPUProfile != nil {
+					pprof.StopCPUProfile()
+				}
+				phase.Store(phaseDone)
+				wg.Wait()
+				return Result{}, err
+			}
+		}
 		cpu0, syncs0, t0 := processCPU(), walSyncs(inst), time.Now()
 		phase.Store(phaseMeasure)
 		sleep(ctx, o.Duration)
@@ -258,6 +273,9 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		measured, cpu, syncs = time.Since(t0), processCPU()-cpu0, walSyncs(inst)-syncs0
 		if o.CPUProfile != nil {
 			pprof.StopCPUProfile()
+		}
+		if o.Trace != nil {
+			trace.Stop()
 		}
 		wg.Wait()
 	} else {

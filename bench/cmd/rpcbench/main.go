@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -37,6 +38,7 @@ func main() {
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
 		coalesce = flag.Int("coalesce", 0, "RPCs Sluice's client has in flight before it coalesces calls into envelopes (client.Config.Coalesce; 0: the client's default)")
 		memtable = flag.Int("memtable", 0, "the durable store's Pebble memtable size in MiB (diskstore.Config.MemTableBytes; 0: the store's default)")
+		tracePfx = flag.String("trace", "", "after the rounds, trace one more measurement of each configuration into `prefix`-NAME.trace (go tool trace; not counted in the medians)")
 		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
 	)
 	flag.Parse()
@@ -114,16 +116,25 @@ func main() {
 	fmt.Println()
 	sum.WriteAims(os.Stdout)
 
-	if *profile != "" {
+	for _, extra := range []struct {
+		prefix, ext, what string
+		set               func(*rpcbench.Options, io.Writer)
+	}{
+		{*profile, "pprof", "CPU profile", func(o *rpcbench.Options, w io.Writer) { o.CPUProfile = w }},
+		{*tracePfx, "trace", "execution trace", func(o *rpcbench.Options, w io.Writer) { o.Trace = w }},
+	} {
+		if extra.prefix == "" {
+			continue
+		}
 		fmt.Println()
 		for _, c := range cfgs {
-			path := *profile + "-" + c.Name + ".pprof"
-			if err := profileOne(ctx, c, opts, path); err != nil {
+			path := extra.prefix + "-" + c.Name + "." + extra.ext
+			if err := recordOne(ctx, c, opts, path, extra.set); err != nil {
 				failed = true
-				fmt.Fprintf(os.Stderr, "profile %s FAILED: %v\n", c.Name, err)
+				fmt.Fprintf(os.Stderr, "%s of %s FAILED: %v\n", extra.what, c.Name, err)
 				continue
 			}
-			fmt.Printf("CPU profile of %s: %s\n", c.Name, path)
+			fmt.Printf("%s of %s: %s\n", extra.what, c.Name, path)
 		}
 	}
 	if *profile != "" {
@@ -134,18 +145,20 @@ func main() {
 	}
 }
 
-func profileOne(ctx context.Context, c rpcbench.Config, opts rpcbench.Options, path string) error {
+// recordOne runs one more, uncounted, measurement of c with set giving it
+// the file at path to write (a CPU profile or an execution trace).
+func recordOne(ctx context.Context, c rpcbench.Config, opts rpcbench.Options, path string, set func(*rpcbench.Options, io.Writer)) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	opts.CPUProfile = f
+	set(&opts, f)
 	r, err := rpcbench.Measure(ctx, c, opts)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		fmt.Fprintf(os.Stderr, "profiled %-15s %10.0f calls/s %12.0f decisions/s (not counted)\n", c.Name, r.CallsPerSec(), r.DecisionsPerSec())
+		fmt.Fprintf(os.Stderr, "recorded %-15s %10.0f calls/s %12.0f decisions/s (not counted)\n", c.Name, r.CallsPerSec(), r.DecisionsPerSec())
 	}
 	return err
 }
