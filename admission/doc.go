@@ -45,16 +45,17 @@
 // quota, and no subject command runs.
 //
 // On a store that runs joint steps (engine.Engine.Joins: the embedded
-// store) the two partitions are charged in one atomic step, one commit:
-// either both reservations commit or, when any quota refuses, neither
-// does. On any other store (memstore, Redis) the source with its tiers is
-// reserved in one batch and the principal in a second; when the
-// principal's quota denies after the source's was reserved, the source
-// reservation is refunded. Between the two batches a concurrent RPC may
-// see the source reservation and be denied — a conservative error, never
-// an over-admission. Either way one partition shared by every source and
-// principal of the family, which every fair RPC would serialise on, is
-// avoided. When both sides refuse, the answer names the source's axis.
+// store and memstore) the two partitions are charged in one atomic step,
+// one commit: either both reservations commit or, when any quota refuses,
+// neither does. On any other store (Redis, a server reached through the
+// client) the source with its tiers is reserved in one batch and the
+// principal in a second; when the principal's quota denies after the
+// source's was reserved, the source reservation is refunded. Between the
+// two batches a concurrent RPC may see the source reservation and be
+// denied — a conservative error, never an over-admission. Either way one
+// partition shared by every source and principal of the family, which
+// every fair RPC would serialise on, is avoided. When both sides refuse,
+// the answer names the source's axis.
 //
 // # The denial memory
 //

@@ -72,9 +72,9 @@ func TestApplyReservedJointDeferred(t *testing.T) {
 		{Partition: engine.ReservedPartition("b"), Commands: []engine.Command{engine.Set("k", "b", 60_000)}},
 	}
 
-	plain := engine.New(st)
+	plain := engine.New(struct{ engine.Store }{st}) // the store's Apply alone
 	if plain.Joins() {
-		t.Fatal("memstore reported as running joint steps")
+		t.Fatal("a store without ApplyJoint reported as running joint steps")
 	}
 	if err := plain.ApplyReservedJointDeferred(ctx, steps, outs); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("on a store without joint steps: %v, want ErrUnsupported", err)

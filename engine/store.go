@@ -46,11 +46,11 @@ type DeferredSyncStore interface {
 const MaxJointBatches = 4
 
 // JointStore is implemented by a store that can run batches on several
-// partitions as one atomic step (the embedded store). A server uses it
-// for its own state spread over partitions (admission charges a fair
-// RPC's source and its principal, which live in different partitions,
-// together): one commit instead of one per partition, and nothing to give
-// back when one of them refuses. Engine.ApplyReservedJointDeferred uses
+// partitions as one atomic step (the embedded store and memstore). A
+// server uses it for its own state spread over partitions (admission
+// charges a fair RPC's source and its principal, which live in different
+// partitions, together): one commit instead of one per partition, and
+// nothing to give back when one of them refuses. Engine.ApplyReservedJointDeferred uses
 // it; a caller falls back to one batch per partition on a store that does
 // not implement it (one partition's keys on one Redis Cluster slot cannot
 // share a script with another's).

@@ -74,7 +74,8 @@ func (s *Store) runHit(sh *shard, b *engine.Batch, phash uint64, now int64, out 
 		if s.keys.Add(1) > s.max {
 			s.keys.Add(-1)
 			sh.one[0] = engine.Write{Key: w.Key}
-			err := s.reserveKeys(sh, sh.one[:], now)
+			cs := [1]change{{v, sh.one[:]}}
+			err := s.reserveKeys(now, cs[:])
 			sh.one[0] = engine.Write{}
 			if err != nil {
 				return true, err

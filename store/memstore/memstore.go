@@ -30,6 +30,11 @@
 // writes, with the same results and effects. So does a batch of one
 // res.reserve without a receipt over counters that all exist, the shape of
 // every admission quota check.
+//
+// The store runs joint steps (engine.JointStore): batches on up to
+// engine.MaxJointBatches partitions, all committed or, when any is denied
+// or their new keys do not fit, none. A server charges a fair RPC's source
+// and principal that way.
 package memstore
 
 import (
@@ -37,6 +42,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,9 +302,24 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	if err != nil || len(writes) == 0 {
 		return err
 	}
-	if err := s.reserveKeys(sh, writes, now); err != nil {
+	cs := [1]change{{v, writes}}
+	if err := s.reserveKeys(now, cs[:]); err != nil {
 		return err
 	}
+	s.commit(v, writes)
+	return nil
+}
+
+// change is a batch's writes, evaluated on v, waiting to be committed.
+type change struct {
+	v      *view
+	writes []engine.Write
+}
+
+// commit applies writes to v's partition. The keys they create have been
+// reserved (reserveKeys).
+func (s *Store) commit(v *view, writes []engine.Write) {
+	sh := v.sh
 	for i := range writes {
 		w := &writes[i]
 		if rewritten(writes, i) {
@@ -318,26 +339,28 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		r.set(w.Rec)
 		sh.nextExpiry = min(sh.nextExpiry, r.ExpireAt)
 	}
-	return nil
 }
 
-// reserveKeys counts the keys writes would create and reserves them against
-// the cap. If the store is full it sweeps expired records, first from sh,
-// then from the other shards; a sweep may remove expired records that writes
-// then create anew, so each attempt counts again. These sweeps examine a
-// whole shard if need be: a new key is refused only when no shard it could
-// sweep holds an expired record. A shard's earliest expiry gates them, so a
-// full store refusing new keys scans a shard again only once one of its
-// records has expired.
-func (s *Store) reserveKeys(sh *shard, writes []engine.Write, now int64) error {
+// reserveKeys counts the keys the changes would create and reserves them
+// against the cap. If the store is full it sweeps expired records, first
+// from the changes' shards, then from the others; a sweep may remove
+// expired records that the changes then create anew, so each attempt
+// counts again. These sweeps examine a whole shard if need be: a new key
+// is refused only when no shard it could sweep holds an expired record. A
+// shard's earliest expiry gates them, so a full store refusing new keys
+// scans a shard again only once one of its records has expired. The
+// caller holds the lock of every change's shard.
+func (s *Store) reserveKeys(now int64, cs []change) error {
 	for attempt := 0; ; attempt++ {
 		var created int64
-		for i := range writes {
-			w := &writes[i]
-			if w.Delete || rewritten(writes, i) || sh.view.lookup(w.Key) != nil {
-				continue // not created, or counted at its last write, or exists already
+		for _, c := range cs {
+			for i := range c.writes {
+				w := &c.writes[i]
+				if w.Delete || rewritten(c.writes, i) || c.v.lookup(w.Key) != nil {
+					continue // not created, or counted at its last write, or exists already
+				}
+				created++
 			}
-			created++
 		}
 		if created == 0 || s.keys.Add(created) <= s.max {
 			return nil
@@ -345,11 +368,18 @@ func (s *Store) reserveKeys(sh *shard, writes []engine.Write, now int64) error {
 		s.keys.Add(-created)
 		switch attempt {
 		case 0:
-			if now >= sh.nextExpiry {
-				s.sweep(sh, now, true)
+			for k, c := range cs {
+				if sh := c.v.sh; now >= sh.nextExpiry && !slices.ContainsFunc(cs[:k], func(o change) bool { return o.v.sh == sh }) {
+					s.sweep(sh, now, true)
+				}
+			}
+			for _, c := range cs {
+				c.v.forget() // a sweep may have removed what it remembers
 			}
 		case 1:
-			s.sweepOthers(sh, now, created)
+			// The other shards the changes hold are locked: sweepOthers
+			// skips them.
+			s.sweepOthers(cs[0].v.sh, now, created)
 		default:
 			return fmt.Errorf("%w: %d records held (max %d)", engine.ErrCapacity, s.keys.Load(), s.max)
 		}
@@ -359,7 +389,8 @@ func (s *Store) reserveKeys(sh *shard, writes []engine.Write, now int64) error {
 // sweepOthers sweeps the shards but sh that hold expired records until it
 // has removed need records, so that an expired record anywhere makes room
 // for a new key. It skips a shard whose lock is taken rather than wait: the
-// caller holds sh's lock, and waiting could deadlock with a batch doing the
+// caller holds sh's lock (and, in a joint step, the locks of other shards,
+// whose TryLock fails), and waiting could deadlock with a batch doing the
 // same from that shard.
 func (s *Store) sweepOthers(sh *shard, now, need int64) {
 	var removed int64

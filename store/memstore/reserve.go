@@ -28,16 +28,33 @@ func reserveShape(b *engine.Batch) bool {
 // now, whose lock the caller holds. It reports false if it left b to the
 // executor, having changed nothing.
 func (s *Store) runReserve(sh *shard, b *engine.Batch, phash uint64, now int64, out *engine.StepResult) bool {
-	c := &b.Commands[0]
 	v := &sh.view
 	v.reset(sh, b.Partition, phash)
 	defer v.reset(nil, "", 0) // hold no reference to the caller's strings
+	var rs reservation
+	if !rs.evaluate(v, b, now, out) {
+		return false
+	}
+	if !out.Denied {
+		rs.commit(sh)
+	}
+	return true
+}
 
-	var (
-		recs [engine.MaxBudgets]*record
-		next [engine.MaxBudgets]algo.BudgetState
-		ds   [engine.MaxBudgets]algo.Decision
-	)
+// reservation is a res.reserve batch evaluated on its counters' records,
+// to be committed if allowed.
+type reservation struct {
+	n    int
+	recs [engine.MaxBudgets]*record
+	next [engine.MaxBudgets]algo.BudgetState
+}
+
+// evaluate evaluates b, which has the shape reserveShape accepts, on v's
+// partition at now and writes its outcome to out, changing no record. It
+// reports false, having written nothing, if it leaves b to the executor.
+func (rs *reservation) evaluate(v *view, b *engine.Batch, now int64, out *engine.StepResult) bool {
+	c := &b.Commands[0]
+	var ds [engine.MaxBudgets]algo.Decision
 	allowed := true
 	for i := range c.Budgets {
 		bu := &c.Budgets[i]
@@ -49,10 +66,11 @@ func (s *Store) runReserve(sh *shard, b *engine.Batch, phash uint64, now int64, 
 		if !ok {
 			return false // the executor reports the wrong type
 		}
-		recs[i] = r
-		next[i], ds[i] = algo.Budget{Limit: bu.Limit, Window: bu.WindowMs}.Reserve(algo.BudgetState{Count: n, ExpireAt: r.ExpireAt}, now, c.Cost)
+		rs.recs[i] = r
+		rs.next[i], ds[i] = algo.Budget{Limit: bu.Limit, Window: bu.WindowMs}.Reserve(algo.BudgetState{Count: n, ExpireAt: r.ExpireAt}, now, c.Cost)
 		allowed = allowed && ds[i].Allowed
 	}
+	rs.n = len(c.Budgets)
 
 	out.Skipped, out.Replayed, out.Denied = false, false, !allowed
 	out.Results = out.Results[:0]
@@ -70,18 +88,19 @@ func (s *Store) runReserve(sh *shard, b *engine.Batch, phash uint64, now int64, 
 		res.Remaining = min(res.Remaining, remaining)
 		res.ResetAt = max(res.ResetAt, d.ResetAt)
 	}
-	if !allowed {
-		return true
-	}
-	for i := range c.Budgets {
-		r := recs[i]
-		r.ExpireAt = next[i].ExpireAt
+	return true
+}
+
+// commit writes the counters of an allowed reservation back into their
+// records, in sh.
+func (rs *reservation) commit(sh *shard) {
+	for i, r := range rs.recs[:rs.n] {
+		r.ExpireAt = rs.next[i].ExpireAt
 		buf := r.Data[:0]
 		if cap(buf) < len(r.inline) {
 			buf = r.inline[:0] // a counter's text always fits
 		}
-		r.Data = algo.AppendCounter(buf, next[i].Count)
+		r.Data = algo.AppendCounter(buf, rs.next[i].Count)
 		sh.nextExpiry = min(sh.nextExpiry, r.ExpireAt)
 	}
-	return true
 }

@@ -1,0 +1,131 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Joint steps. A server charges a fair RPC's source and its principal,
+// which live in partitions of their own, in one joint step, so that both
+// charges commit together or neither does (engine.JointStore). The store
+// locks every shard the step's partitions hash to, in the order of the
+// shards, so two joint steps never wait for each other in a cycle; and a
+// plain batch takes only its own shard's lock. With the locks held it
+// evaluates every batch against the state before the step, and commits
+// all their writes only if none was denied.
+
+// joint is the working state of one joint step: pooled, since a server
+// makes one for every fair RPC.
+type joint struct {
+	views  [engine.MaxJointBatches]view
+	execs  [engine.MaxJointBatches]engine.Executor
+	rs     [engine.MaxJointBatches]reservation
+	fast   [engine.MaxJointBatches]bool   // the batch was evaluated as a reservation (rs)
+	cs     [engine.MaxJointBatches]change // the batches' writes, unless fast
+	keyed  [engine.MaxJointBatches]change // those of cs that write
+	shards [engine.MaxJointBatches]uint64 // the shards' indexes: distinct, in the order they are locked
+}
+
+var joints = sync.Pool{New: func() any { return new(joint) }}
+
+// ApplyJoint runs bs, each on a partition of its own, as one atomic step.
+// See engine.JointStore.
+func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {
+	n := len(bs)
+	if n == 0 {
+		return nil
+	}
+	if n > engine.MaxJointBatches || len(outs) < n {
+		return fmt.Errorf("%w: a joint step of %d batches with %d results (at most %d batches)", engine.ErrInvalid, n, len(outs), engine.MaxJointBatches)
+	}
+	for i, b := range bs {
+		if slices.ContainsFunc(bs[:i], func(o *engine.Batch) bool { return o.Partition == b.Partition }) {
+			return fmt.Errorf("%w: partition %q named twice in a joint step", engine.ErrInvalid, b.Partition)
+		}
+	}
+	if s.closed.Load() {
+		return engine.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	j := joints.Get().(*joint)
+	defer func() {
+		for i := range n {
+			j.views[i].reset(nil, "", 0) // hold no reference to the caller's strings
+		}
+		j.rs, j.cs, j.keyed = [engine.MaxJointBatches]reservation{}, [engine.MaxJointBatches]change{}, [engine.MaxJointBatches]change{}
+		joints.Put(j)
+	}()
+	shards := j.shards[:0]
+	for i, b := range bs {
+		phash := maphash.String(s.seed, b.Partition)
+		j.views[i].reset(&s.shards[phash&s.mask], b.Partition, phash)
+		if !slices.Contains(shards, phash&s.mask) {
+			shards = append(shards, phash&s.mask)
+		}
+	}
+	slices.Sort(shards)
+	for _, k := range shards {
+		s.shards[k].mu.Lock()
+	}
+	defer func() {
+		for _, k := range slices.Backward(shards) {
+			s.shards[k].mu.Unlock()
+		}
+	}()
+
+	now := engine.UnixMilli(s.clock)
+	for _, k := range shards {
+		if sh := &s.shards[k]; now >= sh.nextExpiry && now >= sh.pausedUntil {
+			s.sweep(sh, now, false)
+		}
+	}
+	denied := false
+	for i, b := range bs {
+		v := &j.views[i]
+		v.forget() // a sweep may have removed what it remembers
+		j.fast[i] = reserveShape(b) && !s.noFastPath && j.rs[i].evaluate(v, b, now, &outs[i])
+		if !j.fast[i] {
+			writes, err := j.execs[i].Run(v, now, b, &outs[i])
+			if err != nil {
+				return err
+			}
+			j.cs[i] = change{v, writes}
+		}
+		denied = denied || outs[i].Denied
+	}
+	if denied {
+		return nil
+	}
+	// The reservations create no keys; the other batches' writes may.
+	cs := j.keyed[:0]
+	for i := range n {
+		if !j.fast[i] && len(j.cs[i].writes) > 0 {
+			cs = append(cs, j.cs[i])
+		}
+	}
+	if len(cs) > 0 {
+		if err := s.reserveKeys(now, cs); err != nil {
+			return err
+		}
+	}
+	for i := range n {
+		switch {
+		case j.fast[i]:
+			j.rs[i].commit(j.views[i].sh)
+		case len(j.cs[i].writes) > 0:
+			// Another batch's commit on the same shard may have changed
+			// the chain this view remembers.
+			j.views[i].forget()
+			s.commit(&j.views[i], j.cs[i].writes)
+		}
+	}
+	return nil
+}
