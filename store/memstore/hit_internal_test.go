@@ -1,9 +1,7 @@
 package memstore
 
 import (
-	"context"
 	"errors"
-	"reflect"
 	"testing"
 	"time"
 
@@ -145,16 +143,5 @@ func normal(out engine.StepResult) engine.StepResult {
 // agree on every batch, and fails unless they give the same error or the
 // same results and hold the same number of records after it.
 func applyBoth(t interface{ Fatalf(string, ...any) }, i int, b *engine.Batch, x *Store, xName string, y *Store, yName string) {
-	var outX, outY engine.StepResult
-	errX := x.Apply(context.Background(), b, &outX)
-	errY := y.Apply(context.Background(), b, &outY)
-	if (errX == nil) != (errY == nil) || errX != nil && !sameError(errX, errY) {
-		t.Fatalf("batch %d %+v: error %v with %s, %v with %s", i, *b, errX, xName, errY, yName)
-	}
-	if errX == nil && !reflect.DeepEqual(normal(outX), normal(outY)) {
-		t.Fatalf("batch %d %+v:\n%s %+v\n%s %+v", i, *b, xName, outX, yName, outY)
-	}
-	if x.Len() != y.Len() {
-		t.Fatalf("batch %d %+v: %d records with %s, %d with %s", i, *b, x.Len(), xName, y.Len(), yName)
-	}
+	applyAll(t, i, b, []*Store{x, y}, []string{xName, yName}, true)
 }

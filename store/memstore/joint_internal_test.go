@@ -183,7 +183,7 @@ func TestJointStepAtCapacityCreatesNothing(t *testing.T) {
 // applyAll applies b, the i-th batch of a test, to stores that must agree
 // on every batch, and fails unless they give the same error or the same
 // results and, if counted, hold the same number of records after it.
-func applyAll(t *rapid.T, i int, b *engine.Batch, stores []*Store, names []string, counted bool) {
+func applyAll(t interface{ Fatalf(string, ...any) }, i int, b *engine.Batch, stores []*Store, names []string, counted bool) {
 	outs, errs := make([]engine.StepResult, len(stores)), make([]error, len(stores))
 	for k, s := range stores {
 		errs[k] = s.Apply(context.Background(), b, &outs[k])
