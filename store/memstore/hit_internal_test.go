@@ -1,7 +1,9 @@
 package memstore
 
 import (
+	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -144,4 +146,25 @@ func normal(out engine.StepResult) engine.StepResult {
 // same results and hold the same number of records after it.
 func applyBoth(t interface{ Fatalf(string, ...any) }, i int, b *engine.Batch, x *Store, xName string, y *Store, yName string) {
 	applyAll(t, i, b, []*Store{x, y}, []string{xName, yName}, true)
+}
+
+// applyAll applies b, the i-th batch of a test, to stores that must agree
+// on every batch, and fails unless they give the same error or the same
+// results and, if counted, hold the same number of records after it.
+func applyAll(t interface{ Fatalf(string, ...any) }, i int, b *engine.Batch, stores []*Store, names []string, counted bool) {
+	outs, errs := make([]engine.StepResult, len(stores)), make([]error, len(stores))
+	for k, s := range stores {
+		errs[k] = s.Apply(context.Background(), b, &outs[k])
+	}
+	for k := 1; k < len(stores); k++ {
+		if (errs[0] == nil) != (errs[k] == nil) || errs[0] != nil && !sameError(errs[0], errs[k]) {
+			t.Fatalf("batch %d %+v: error %v with %s, %v with %s", i, *b, errs[0], names[0], errs[k], names[k])
+		}
+		if errs[0] == nil && !reflect.DeepEqual(normal(outs[0]), normal(outs[k])) {
+			t.Fatalf("batch %d %+v:\n%s %+v\n%s %+v", i, *b, names[0], outs[0], names[k], outs[k])
+		}
+		if counted && stores[0].Len() != stores[k].Len() {
+			t.Fatalf("batch %d %+v: %d records with %s, %d with %s", i, *b, stores[0].Len(), names[0], stores[k].Len(), names[k])
+		}
+	}
 }
