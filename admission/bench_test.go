@@ -19,6 +19,7 @@ package admission_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -28,12 +29,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/diskstore"
 	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/store/redisstore"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -204,6 +209,35 @@ func BenchmarkRPCDurable(b *testing.B) {
 			var s engine.Store = st
 			if tc.name == "admission=on-fair-two-steps" {
 				s = unjoined{st}
+			}
+			benchRPC(b, engine.New(s), tc)
+		})
+	}
+}
+
+// BenchmarkRPCRedis is BenchmarkRPC over the Redis store on one local
+// redis-server (started by the benchmark), where each of a fair RPC's
+// charges is a round trip to Redis:
+//
+//	admission=on-fair            the charges in one joint step: one script
+//	                             call for the source, its tiers and the
+//	                             principal
+//	admission=on-fair-two-steps  the same over the store without its joint
+//	                             steps: two script calls, as on a cluster
+func BenchmarkRPCRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	for i, tc := range append(rpcCases, rpcCase{"admission=on-fair-two-steps", true, true, true}) {
+		b.Run(tc.name, func(b *testing.B) {
+			cfg := redisstore.DefaultConfig()
+			cfg.Prefix = fmt.Sprint("bench", i)
+			st, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { st.Close() })
+			var s engine.Store = st
+			if tc.name == "admission=on-fair-two-steps" {
+				s = struct{ engine.Store }{st}
 			}
 			benchRPC(b, engine.New(s), tc)
 		})

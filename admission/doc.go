@@ -45,10 +45,11 @@
 // quota, and no subject command runs.
 //
 // On a store that runs joint steps (engine.Engine.Joins: the embedded
-// store and memstore) the two partitions are charged in one atomic step,
-// one commit: either both reservations commit or, when any quota refuses,
-// neither does. On any other store (Redis, a server reached through the
-// client) the source with its tiers is reserved in one batch and the
+// store, memstore, and Redis on one node or behind Sentinel) the two
+// partitions are charged in one atomic step, one commit: either both
+// reservations commit or, when any quota refuses, neither does. On any
+// other store (Redis Cluster, a server reached through the client) the
+// source with its tiers is reserved in one batch and the
 // principal in a second; when the principal's quota denies after the
 // source's was reserved, the source reservation is refunded. Between the
 // two batches a concurrent RPC may see the source reservation and be

@@ -55,6 +55,8 @@ func (p *deferredJointProbe) ApplyDeferred(ctx context.Context, b *engine.Batch,
 
 func (p *deferredJointProbe) Sync(ctx context.Context) error { return p.disk.Sync(ctx) }
 
+func (p *jointProbe) Joins() bool { return p.joint.Joins() }
+
 func (p *jointProbe) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {
 	p.mu.Lock()
 	if p.batches == nil {

@@ -58,8 +58,8 @@ func (e *Engine) applyReserved(ctx context.Context, partition string, out *StepR
 // Joins reports whether e's store runs joint steps (JointStore), so that
 // ApplyReservedJointDeferred does not answer errors.ErrUnsupported.
 func (e *Engine) Joins() bool {
-	_, ok := e.store.(JointStore)
-	return ok
+	js, ok := e.store.(JointStore)
+	return ok && js.Joins()
 }
 
 // ApplyReservedJointDeferred runs steps as one atomic step on a
@@ -76,7 +76,7 @@ func (e *Engine) Joins() bool {
 // wrapping errors.ErrUnsupported: the caller runs the steps one by one.
 func (e *Engine) ApplyReservedJointDeferred(ctx context.Context, steps []Step, outs []StepResult) error {
 	js, ok := e.store.(JointStore)
-	if !ok {
+	if !ok || !js.Joins() {
 		return fmt.Errorf("engine: joint steps on %T: %w", e.store, errors.ErrUnsupported)
 	}
 	if len(steps) == 0 || len(steps) > MaxJointBatches {

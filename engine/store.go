@@ -46,16 +46,21 @@ type DeferredSyncStore interface {
 const MaxJointBatches = 4
 
 // JointStore is implemented by a store that can run batches on several
-// partitions as one atomic step (the embedded store and memstore). A
+// partitions as one atomic step (the embedded store, memstore, and Redis
+// on one node). A
 // server uses it for its own state spread over partitions (admission
 // charges a fair RPC's source and its principal, which live in different
 // partitions, together): one commit instead of one per partition, and
 // nothing to give back when one of them refuses. Engine.ApplyReservedJointDeferred uses
 // it; a caller falls back to one batch per partition on a store that does
-// not implement it (one partition's keys on one Redis Cluster slot cannot
-// share a script with another's).
+// not implement it, or whose Joins reports false.
 type JointStore interface {
 	Store
+	// Joins reports whether the store runs joint steps as it is deployed:
+	// the Redis store does on one node (or behind Sentinel), not across a
+	// cluster, where one partition's keys on one slot cannot share a
+	// script with another's. It does not change over the store's life.
+	Joins() bool
 	// ApplyJoint runs bs, at most MaxJointBatches, each on a partition of
 	// its own, as one atomic step: no other batch on any of their
 	// partitions is interleaved, every batch is evaluated against the

@@ -33,6 +33,10 @@ type jointStep struct {
 	order   [engine.MaxJointBatches]int // lock order: indexes into parts
 }
 
+// Joins reports true: the embedded store runs joint steps. See
+// engine.JointStore.
+func (*Store) Joins() bool { return true }
+
 // ApplyJoint runs bs as one atomic step on their partitions, deferred. See
 // engine.JointStore.
 func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {

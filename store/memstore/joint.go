@@ -33,6 +33,9 @@ type joint struct {
 
 var joints = sync.Pool{New: func() any { return new(joint) }}
 
+// Joins reports true: memstore runs joint steps. See engine.JointStore.
+func (*Store) Joins() bool { return true }
+
 // ApplyJoint runs bs, each on a partition of its own, as one atomic step.
 // See engine.JointStore.
 func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {

@@ -62,6 +62,19 @@
 // every limit is denied, as it is in Go); below −2^52 a reservation fails
 // with engine.ErrOverflow.
 //
+// # Joint steps
+//
+// On one server, or one primary behind Sentinel, the store runs joint
+// steps (engine.JointStore; Joins reports true): the batches of up to
+// engine.MaxJointBatches partitions in one call of the batch code, each
+// evaluated against the state before the step, their writes all issued or,
+// when any batch is denied or fails, none. A Sluice server charges a fair
+// RPC's source and principal that way: one round trip, nothing to refund.
+// On a Redis Cluster the partitions' keys lie on different slots, which no
+// script may span, so the store runs none there (Joins reports false, and
+// ApplyJoint refuses with errors.ErrUnsupported before sending anything);
+// the server then charges the two in two batches.
+//
 // # Pipelines
 //
 // Each batch costs a round trip, and under load the round trip — system

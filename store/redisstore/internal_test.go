@@ -208,3 +208,52 @@ func TestScriptParts(t *testing.T) {
 		t.Errorf("script parts %v, files %d", scriptParts, len(files))
 	}
 }
+
+// TestDecodeJointReply checks the reply of a joint step: each batch's
+// reply decoded into its result, a failure naming its batch, and a reply
+// of any other shape — or one whose denial disagrees with its batches' —
+// an error wrapping ErrUnavailable.
+func TestDecodeJointReply(t *testing.T) {
+	bs := []*engine.Batch{
+		{Partition: "p", Commands: []engine.Command{engine.Get("k")}},
+		{Partition: "q", Commands: []engine.Command{engine.Get("k")}},
+	}
+	result := func(allowed int64) []any {
+		return []any{allowed, int64(1), int64(2), int64(3), int64(4), int64(5), int64(6), "-7", "v", []any{}}
+	}
+	batch := func(denied int64) []any {
+		allowed := 1 - denied
+		return []any{int64(0), int64(0), denied, result(allowed)}
+	}
+	outs := make([]engine.StepResult, 2)
+	if err := decodeJoint([]any{int64(0), int64(1), batch(0), batch(1)}, bs, outs); err != nil {
+		t.Fatal(err)
+	}
+	if outs[0].Denied || !outs[1].Denied || outs[0].Results[0].Value != "v" || outs[1].Results[0].Int != -7 {
+		t.Fatalf("decoded %+v", outs)
+	}
+	for name, reply := range map[string]any{
+		"nil":                   nil,
+		"empty":                 []any{},
+		"one batch of two":      []any{int64(0), int64(0), batch(0)},
+		"three batches of two":  []any{int64(0), int64(0), batch(0), batch(0), batch(0)},
+		"denied string":         []any{int64(0), "0", batch(0), batch(0)},
+		"denied, none denying":  []any{int64(0), int64(1), batch(0), batch(0)},
+		"allowed, one denying":  []any{int64(0), int64(0), batch(0), batch(1)},
+		"a batch malformed":     []any{int64(0), int64(0), batch(0), []any{int64(0)}},
+		"failure without batch": []any{int64(1), int64(1), "x"},
+		"failure in batch 3":    []any{int64(1), int64(1), "x", int64(3)},
+		"failure in batch 0":    []any{int64(1), int64(1), "x", int64(0)},
+	} {
+		for i := range outs {
+			resetStep(&outs[i])
+		}
+		if err := decodeJoint(reply, bs, outs); !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("%s: %v, want ErrUnavailable", name, err)
+		}
+	}
+	err := decodeJoint([]any{int64(1), int64(1), "planted", int64(2)}, bs, outs)
+	if !errors.Is(err, engine.ErrWrongType) || !strings.Contains(err.Error(), "command 0 (kv.get)") {
+		t.Errorf("a failure in batch 2: %v, want ErrWrongType at its command 0", err)
+	}
+}

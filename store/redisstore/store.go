@@ -96,6 +96,9 @@ type Store struct {
 	// co coalesces concurrent batches into pipelines (Config.Pipeline),
 	// or is nil.
 	co *coalescer
+	// joins: the client reaches one node (or one primary behind
+	// Sentinel), where a joint step's partitions share a script.
+	joins bool
 }
 
 // New returns a store running on client, which it owns from then on: Close
@@ -133,7 +136,8 @@ func New(client Client, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{client: client, cfg: cfg}
+	_, cluster := client.(slotMaster)
+	s := &Store{client: client, cfg: cfg, joins: !cluster}
 	s.calls.New = func() any { return new(call) }
 	if _, ok := client.(pipeliner); ok && cfg.Pipeline > 0 && cfg.WaitReplicas == 0 {
 		s.co = newCoalescer(cfg.Pipeline)
@@ -213,6 +217,23 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		s.calls.Put(c)
 		return err
 	}
+	reply, err := s.send(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := decodeReply(reply, b, out); err != nil {
+		resetStep(out)
+		return err
+	}
+	return nil
+}
+
+// send runs the call c within Config.Timeout, with WAIT, in a pipeline or
+// alone as the store is configured, and returns its reply. It returns c
+// to the pool, except when the caller's ctx ended while c was queued for
+// a pipeline: the call may still be sent, and is its sender's then. Every
+// error wraps engine.ErrUnavailable.
+func (s *Store) send(ctx context.Context, c *call) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	var reply any
@@ -224,9 +245,7 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		var abandoned bool
 		reply, err, abandoned = s.coalesced(ctx, c)
 		if abandoned {
-			// Queued when ctx ended: the batch may still be sent, and
-			// its call is the sender's now.
-			return unavailable(err)
+			return nil, unavailable(err)
 		}
 	default:
 		reply, err = s.eval(ctx, s.client, c)
@@ -234,13 +253,9 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	c.clear()
 	s.calls.Put(c)
 	if err != nil {
-		return unavailable(err)
+		return nil, unavailable(err)
 	}
-	if err := decodeReply(reply, b, out); err != nil {
-		resetStep(out)
-		return err
-	}
-	return nil
+	return reply, nil
 }
 
 // eval runs the batch: by FCALL of the function library (built in the

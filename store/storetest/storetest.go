@@ -49,7 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 	})
 	t.Run("joint", func(t *testing.T) {
 		clock := testclock.At(DefaultEpoch)
-		if _, ok := openStore(t, newStore, clock).(engine.JointStore); !ok {
+		if js, ok := openStore(t, newStore, clock).(engine.JointStore); !ok || !js.Joins() {
 			t.Skip("the store runs no joint steps (engine.JointStore)")
 		}
 		runCheck(t, "all_or_nothing", newStore, checkJointAllOrNothing)

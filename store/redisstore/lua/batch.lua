@@ -9,6 +9,7 @@ local cache = {} -- Redis key → record array, or false when absent
 local written = {} -- Redis key → true once the batch wrote or deleted it
 local order = {} -- written keys, in order of first write
 local mutated
+local denied -- evaluate found a command not allowed
 local argi -- the next argument to read
 
 -- The command being evaluated, for failure replies.
@@ -210,6 +211,7 @@ local function evaluate()
 		run(arg(), r)
 		current = 0
 		local d = ws[1]
+		denied = not r[ALLOWED]
 		return {0, r[ALLOWED] and 1 or 0, r[REMAINING], r[RESET_AT], r[RETRY], d.remaining, d.resetAt, d.retry}
 	end
 	local reply = {0, 0, 0}
@@ -218,7 +220,7 @@ local function evaluate()
 		local r = newResult()
 		run(arg(), r)
 		if not r[ALLOWED] then
-			reply[3] = 1
+			reply[3], denied = 1, true
 		end
 		reply[3 + i] = encodeResult(r)
 	end
@@ -238,21 +240,15 @@ end
 -- entries, which it has set.
 local packedT, ttlsT = {}, {}
 
--- batch runs one batch: the entry point of both forms (see prelude.lua).
-local function batch(keys, argv)
-	if argv[1] ~= FORMAT then
-		return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(argv[1])}
-	end
-	KEYS_, ARGV_ = keys, argv
+-- begin sets the call's clock from argv[2] and empties the tables of the
+-- previous call, which nothing keeps past it.
+local function begin(argv)
 	if argv[2] == '' then
 		local t = redis.call('TIME')
 		now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 	else
 		now = tonumber(argv[2])
 	end
-	prefix, hash, replayTTL, grace = argv[3], argv[4], tonumber(argv[5]), tonumber(argv[6])
-	-- The tables of the previous call are emptied and reused: nothing
-	-- keeps them past a call.
 	for k in pairs(cache) do
 		cache[k] = nil
 	end
@@ -262,9 +258,16 @@ local function batch(keys, argv)
 	for i = #order, 1, -1 do
 		order[i] = nil
 	end
-	mutated = false
-	current, argi = 0, 8
+end
 
+-- evaluateBatch evaluates the batch of keys and argv (argv[3] on, as
+-- batch() reads them) against the tables, which it adds to, and returns
+-- the reply, or the failure reply {code, command, message}.
+local function evaluateBatch(keys, argv)
+	KEYS_, ARGV_ = keys, argv
+	prefix, hash, replayTTL, grace = argv[3], argv[4], tonumber(argv[5]), tonumber(argv[6])
+	mutated, denied = false, false
+	current, argi = 0, 8
 	local ok, reply = pcall(evaluate)
 	if not ok then
 		if type(reply) == 'table' and reply.sluice then
@@ -272,9 +275,12 @@ local function batch(keys, argv)
 		end
 		return redis.error_reply('ERR sluice batch script: ' .. tostring(reply))
 	end
+	return reply
+end
 
-	-- Encode every write before issuing the first, so that nothing can fail
-	-- half way through.
+-- writeAll issues every write the call's batches made: encoded, every one,
+-- before the first is issued, so that nothing can fail half way through.
+local function writeAll()
 	local n = #order
 	local packed, ttls = packedT, ttlsT
 	for i = 1, n do
@@ -291,6 +297,65 @@ local function batch(keys, argv)
 		else
 			redis.call('DEL', order[i])
 		end
+	end
+end
+
+-- joint runs a joint step: several batches, each on a partition of its
+-- own, evaluated in turn against the state before the step (their keys
+-- are distinct: each carries its partition's tag), whose writes are all
+-- issued or, when any batch was denied or failed, none are. argv: JOINT,
+-- the clock, the number of batches, then for each batch the number of its
+-- keys, the number of its arguments and its arguments as batch() reads
+-- them (the clock's left empty); keys: each batch's keys in turn. Reply:
+-- {0, denied, reply...}, each batch's reply as batch() answers it, or
+-- {code, command, message, batch} when a command of a batch failed. A
+-- store runs joint steps only where every key is on one node: across a
+-- cluster's slots Redis refuses the call (CROSSSLOT) before it runs.
+local function joint(keys, argv)
+	begin(argv)
+	local reply = {0, 0}
+	local ki, ai = 1, 4
+	for b = 1, tonumber(argv[3]) do
+		local nk, na = tonumber(argv[ai]), tonumber(argv[ai + 1])
+		local bk, ba = {}, {}
+		for i = 1, nk do
+			bk[i] = keys[ki + i - 1]
+		end
+		for i = 1, na do
+			ba[i] = argv[ai + 1 + i]
+		end
+		ki, ai = ki + nk, ai + 2 + na
+		local r = evaluateBatch(bk, ba)
+		if r[1] ~= 0 then
+			if type(r[1]) == 'number' then
+				r[4] = b
+			end
+			return r
+		end
+		if denied then
+			reply[2] = 1
+		end
+		reply[2 + b] = r
+	end
+	if reply[2] == 0 then
+		writeAll()
+	end
+	return reply
+end
+
+-- batch runs one batch, or a joint step (argv[1] JOINT): the entry point
+-- of both forms (see prelude.lua).
+local function batch(keys, argv)
+	if argv[1] == JOINT then
+		return joint(keys, argv)
+	end
+	if argv[1] ~= FORMAT then
+		return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(argv[1])}
+	end
+	begin(argv)
+	local reply = evaluateBatch(keys, argv)
+	if reply[1] == 0 then
+		writeAll()
 	end
 	return reply
 end

@@ -67,6 +67,11 @@
 --   7  the number of commands, then each command: an op code and its
 --      fields, in the order keys.go writes them and the commands read them
 --
+-- A joint step (ARGV[1] JOINT; see joint in batch.lua) carries several
+-- batches, each with its keys and its arguments as above, and answers
+-- {0, denied, each batch's reply...}: its writes are issued only when no
+-- batch was denied or failed.
+--
 -- Reply: {0, replayed, denied, result...} on success, where each result is
 -- {allowed, found, remaining, resetAt, retryAfter, at, ttl, int, value,
 -- {windows...}} with int a decimal string and windows flat quadruples
@@ -81,6 +86,7 @@
 -- are a hit's zeros; the Go side knows the shape from the batch it sent.
 
 local FORMAT = '1'
+local JOINT = 'joint 1' -- ARGV[1] of a joint step (see joint in batch.lua)
 
 -- Failure codes of the reply; the Go side maps them to engine sentinels.
 local WRONG_TYPE, OVERFLOW, CONFLICT, CORRUPT, INVALID = 1, 2, 3, 4, 5
