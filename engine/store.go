@@ -47,13 +47,13 @@ const MaxJointBatches = 4
 
 // JointStore is implemented by a store that can run batches on several
 // partitions as one atomic step (the embedded store, memstore, and Redis
-// on one node). A
-// server uses it for its own state spread over partitions (admission
-// charges a fair RPC's source and its principal, which live in different
-// partitions, together): one commit instead of one per partition, and
-// nothing to give back when one of them refuses. Engine.ApplyReservedJointDeferred uses
-// it; a caller falls back to one batch per partition on a store that does
-// not implement it, or whose Joins reports false.
+// on one node). A server uses it for its own state spread over partitions
+// (admission charges a fair RPC's source and its principal, which live in
+// different partitions, together): one commit instead of one per
+// partition, and nothing to give back when one of them refuses.
+// Engine.ApplyReservedJointDeferred uses it; a caller falls back to one
+// batch per partition on a store that does not implement it, or whose
+// Joins reports false.
 type JointStore interface {
 	Store
 	// Joins reports whether the store runs joint steps as it is deployed:
