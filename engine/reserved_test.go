@@ -114,3 +114,32 @@ func TestApplyReservedJointDeferred(t *testing.T) {
 		t.Fatalf("invalid steps reached the store: %q", js.steps)
 	}
 }
+
+// CheckJoint accepts a joint step of up to MaxJointBatches distinct
+// partitions with a result for each, and refuses any other with
+// ErrInvalid.
+func TestCheckJoint(t *testing.T) {
+	batch := func(p string) *engine.Batch { return &engine.Batch{Partition: p} }
+	outs := make([]engine.StepResult, engine.MaxJointBatches+1)
+	var full []*engine.Batch
+	for i := range engine.MaxJointBatches {
+		full = append(full, batch(string(rune('a'+i))))
+	}
+	for name, tc := range map[string]struct {
+		bs    []*engine.Batch
+		outs  int
+		valid bool
+	}{
+		"empty":             {nil, 0, true},
+		"one":               {full[:1], 1, true},
+		"the most":          {full, engine.MaxJointBatches, true},
+		"too many":          {append(full, batch("z")), engine.MaxJointBatches + 1, false},
+		"too few results":   {full[:2], 1, false},
+		"a partition twice": {[]*engine.Batch{batch("a"), batch("b"), batch("a")}, 3, false},
+	} {
+		err := engine.CheckJoint(tc.bs, outs[:tc.outs])
+		if tc.valid != (err == nil) || err != nil && !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("%s: %v, want valid %t", name, err, tc.valid)
+		}
+	}
+}

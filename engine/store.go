@@ -78,6 +78,25 @@ type JointStore interface {
 	ApplyJoint(ctx context.Context, bs []*Batch, outs []StepResult) error
 }
 
+// CheckJoint checks the shape of a joint step as a JointStore receives it:
+// at most MaxJointBatches batches, each on a partition of its own, and a
+// result for each. An empty step is valid and runs nothing. It returns an
+// error wrapping ErrInvalid.
+func CheckJoint(bs []*Batch, outs []StepResult) error {
+	n := len(bs)
+	if n > MaxJointBatches || len(outs) < n {
+		return invalid("a joint step of %d batches with %d results (at most %d batches)", n, len(outs), MaxJointBatches)
+	}
+	for i, b := range bs {
+		for _, o := range bs[:i] {
+			if o.Partition == b.Partition {
+				return invalid("partition %q named twice in a joint step", b.Partition)
+			}
+		}
+	}
+	return nil
+}
+
 // Batch is one step as a store sees it.
 type Batch struct {
 	Partition string

@@ -41,11 +41,8 @@ func (*Store) Joins() bool { return true }
 // engine.JointStore.
 func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {
 	n := len(bs)
-	if n == 0 {
-		return nil
-	}
-	if n > engine.MaxJointBatches || len(outs) < n {
-		return invalid("a joint step of %d batches with %d results (at most %d batches)", n, len(outs), engine.MaxJointBatches)
+	if err := engine.CheckJoint(bs, outs); err != nil || n == 0 {
+		return err
 	}
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -60,11 +57,9 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 		j.order[i] = i
 	}
 	for i := 1; i < n; i++ {
+		// The partitions are distinct (CheckJoint): none is locked twice.
 		for k := i; k > 0 && before(j.parts[j.order[k]], j.parts[j.order[k-1]]); k-- {
 			j.order[k], j.order[k-1] = j.order[k-1], j.order[k]
-		}
-		if j.parts[j.order[i]] == j.parts[j.order[i-1]] {
-			return invalid("partition %q named twice in a joint step", j.parts[j.order[i]].name)
 		}
 	}
 	for _, i := range j.order[:n] {

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"slices"
 	"sync"
@@ -40,16 +39,8 @@ func (*Store) Joins() bool { return true }
 // See engine.JointStore.
 func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {
 	n := len(bs)
-	if n == 0 {
-		return nil
-	}
-	if n > engine.MaxJointBatches || len(outs) < n {
-		return fmt.Errorf("%w: a joint step of %d batches with %d results (at most %d batches)", engine.ErrInvalid, n, len(outs), engine.MaxJointBatches)
-	}
-	for i, b := range bs {
-		if slices.ContainsFunc(bs[:i], func(o *engine.Batch) bool { return o.Partition == b.Partition }) {
-			return fmt.Errorf("%w: partition %q named twice in a joint step", engine.ErrInvalid, b.Partition)
-		}
+	if err := engine.CheckJoint(bs, outs); err != nil || n == 0 {
+		return err
 	}
 	if s.closed.Load() {
 		return engine.ErrClosed

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -31,19 +30,13 @@ func (s *Store) Joins() bool { return s.joins }
 // wrapping errors.ErrUnsupported. On error outs hold no results.
 func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {
 	n := len(bs)
-	if n == 0 {
-		return nil
-	}
-	if n > engine.MaxJointBatches || len(outs) < n {
-		return fmt.Errorf("%w: a joint step of %d batches with %d results (at most %d batches)", engine.ErrInvalid, n, len(outs), engine.MaxJointBatches)
+	if err := engine.CheckJoint(bs, outs); err != nil || n == 0 {
+		return err
 	}
 	if !s.joins {
 		return fmt.Errorf("redisstore: joint steps across a cluster's slots: %w", errors.ErrUnsupported)
 	}
-	for i, b := range bs {
-		if slices.ContainsFunc(bs[:i], func(o *engine.Batch) bool { return o.Partition == b.Partition }) {
-			return fmt.Errorf("%w: partition %q named twice in a joint step", engine.ErrInvalid, b.Partition)
-		}
+	for _, b := range bs {
 		if b.OperationID != "" {
 			return fmt.Errorf("%w: a batch of a joint step carries an operation id", engine.ErrInvalid)
 		}
@@ -104,13 +97,9 @@ func (c *call) join(parts []*call) {
 // batch} when a command of a batch failed and nothing was written. Every
 // element is checked, as decodeReply checks a batch's.
 func decodeJoint(v any, bs []*engine.Batch, outs []engine.StepResult) error {
-	arr, ok := v.([]any)
-	if !ok || len(arr) == 0 {
-		return replyError("%T, want an array", v)
-	}
-	code, ok := arr[0].(int64)
-	if !ok {
-		return replyError("status %T", arr[0])
+	arr, code, err := replyStatus(v)
+	if err != nil {
+		return err
 	}
 	if code != 0 {
 		if len(arr) != 4 {

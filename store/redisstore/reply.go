@@ -27,13 +27,9 @@ func replyError(format string, args ...any) error {
 // Every element is type-checked: a reply of any other shape is an error,
 // never a result.
 func decodeReply(v any, b *engine.Batch, out *engine.StepResult) error {
-	arr, ok := v.([]any)
-	if !ok || len(arr) == 0 {
-		return replyError("%T, want an array", v)
-	}
-	code, ok := arr[0].(int64)
-	if !ok {
-		return replyError("status %T", arr[0])
+	arr, code, err := replyStatus(v)
+	if err != nil {
+		return err
 	}
 	if code != 0 {
 		return decodeFailure(code, arr, b)
@@ -59,6 +55,20 @@ func decodeReply(v any, b *engine.Batch, out *engine.StepResult) error {
 		}
 	}
 	return nil
+}
+
+// replyStatus returns a reply as the array it must be, and its status:
+// 0, or a failure code.
+func replyStatus(v any) ([]any, int64, error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return nil, 0, replyError("%T, want an array", v)
+	}
+	code, ok := arr[0].(int64)
+	if !ok {
+		return nil, 0, replyError("status %T", arr[0])
+	}
+	return arr, code, nil
 }
 
 // decodeLone decodes the compact reply of a lone hit of one window:
