@@ -452,16 +452,16 @@ func TestHeaderBoundOverHTTP2(t *testing.T) {
 	}
 }
 
-// rawHTTP2Request opens an HTTP/2 connection to base with prior knowledge,
-// sends a GET with n bytes of padding headers, and returns the answer's
-// status, or whether the server closed the connection instead.
-func rawHTTP2Request(t *testing.T, base string, n int) (status string, closed bool) {
+// dialHTTP2 opens an HTTP/2 connection to base with prior knowledge, closed
+// when the test ends: the client preface and an empty SETTINGS frame are
+// sent.
+func dialHTTP2(t *testing.T, base string) *http2.Framer {
 	t.Helper()
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
@@ -469,6 +469,15 @@ func rawHTTP2Request(t *testing.T, base string, n int) (status string, closed bo
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
+	return fr
+}
+
+// rawHTTP2Request opens an HTTP/2 connection to base with prior knowledge,
+// sends a GET with n bytes of padding headers, and returns the answer's
+// status, or whether the server closed the connection instead.
+func rawHTTP2Request(t *testing.T, base string, n int) (status string, closed bool) {
+	t.Helper()
+	fr := dialHTTP2(t, base)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	fields := []hpack.HeaderField{
@@ -579,18 +588,7 @@ func TestReadTimeoutPerRequest(t *testing.T) {
 // every other request sharing it.
 func TestRefusedStreamKeepsTheConnection(t *testing.T) {
 	base := serveHTTP(t, newBoundServer(t), server.DefaultHTTPConfig(), nil)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	fr := dialHTTP2(t, base)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	headers := func(id uint32, signed []byte) {
