@@ -66,6 +66,14 @@ type family struct {
 	day    atomic.Int64
 	left   atomic.Int64
 	leased atomic.Int64
+	// held counts the commands taken by RPCs whose fairness charge is
+	// still running: they go back to the chunk if it refuses. A lease
+	// that finds the allowance exhausted waits (settled, on mu) for them
+	// to settle before it stops the family, so that an RPC refused for
+	// its quota never costs another RPC its place (see settle).
+	held    atomic.Int64
+	waiting atomic.Int32
+	settled *sync.Cond
 	// warnedDay is the day whose warning this server knows to be claimed.
 	warnedDay atomic.Int64
 
@@ -138,6 +146,7 @@ func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
 		quotaPartition:     engine.ReservedPartition("adm/q/" + name + "/"),
 		principalPartition: engine.ReservedPartition("adm/p/" + name + "/"),
 	}
+	f.settled = sync.NewCond(&f.mu)
 	for _, fair := range cfg.Fair {
 		f.fair = f.fair || fair == name
 	}
@@ -217,6 +226,7 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 		return false, err
 	}
 	if id := a.identities(f, req); !id.none() {
+		f.held.Add(n)
 		err := a.knownExhausted(f, &id, day, n)
 		if err == nil {
 			err = a.charge(ctx, f, &id, a.keysOf(day), n)
@@ -225,6 +235,9 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 			// The commands go back to the leased chunk: a refused RPC
 			// spends no family allowance.
 			f.giveBack(day, n)
+		}
+		f.settle(n)
+		if err != nil {
 			a.maybeWarn(ctx, f, day, left+n)
 			return false, err
 		}
@@ -288,6 +301,32 @@ func (f *family) take(day, n int64) (int64, bool) {
 	}
 }
 
+// settle ends the hold on n commands of an RPC whose fairness charge has
+// been decided (and, if refused, given back), waking a lease waiting for
+// the holds to settle. Only a waiting lease takes mu.
+func (f *family) settle(n int64) {
+	f.held.Add(-n)
+	if f.waiting.Load() > 0 {
+		f.mu.Lock()
+		f.settled.Broadcast()
+		f.mu.Unlock()
+	}
+}
+
+// awaitHolds waits, with mu held, until no command of this server is held
+// by a fairness charge still running. It reports whether there were any:
+// the chunk may have had commands given back meanwhile.
+func (f *family) awaitHolds() bool {
+	f.waiting.Add(1)
+	defer f.waiting.Add(-1)
+	waited := false
+	for f.held.Load() > 0 {
+		waited = true
+		f.settled.Wait()
+	}
+	return waited
+}
+
 // giveBack returns n commands to the chunk of day, if it is still current.
 func (f *family) giveBack(day, n int64) {
 	if f.day.Load() == day {
@@ -346,6 +385,11 @@ func (a *Admitter) refill(ctx context.Context, f *family, day, n int64) (int64, 
 			return 0, err
 		}
 		if got == 0 {
+			// Commands held by fairness charges still running may come
+			// back to the chunk: wait for them before refusing.
+			if f.awaitHolds() {
+				continue
+			}
 			return 0, a.exhausted(ctx, f, day, n)
 		}
 		// left first: a fast-path reader seeing the old leased figure

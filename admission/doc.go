@@ -25,6 +25,12 @@
 // latency of a stop: when the allowance is exhausted, a server sharing the
 // store keeps admitting from the chunk it already holds (at most one
 // chunk), and sees the durable family stop within Config.StateRefresh.
+// A fair RPC takes its commands from the chunk before its quotas are
+// charged, and gives them back if a quota refuses; a server that finds
+// the allowance exhausted while such charges are still running waits for
+// them before it refuses and stops the family, so a refused RPC never
+// costs another its place. (A command given back to another server's
+// chunk stays with that server.)
 //
 // The warning counts admitted commands, as far as the server admitting
 // knows them: everything leased as of its last lease, less what it still

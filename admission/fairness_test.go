@@ -3,10 +3,13 @@ package admission
 import (
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/engine"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/sluicehq/sluice/wire"
 )
@@ -196,4 +199,88 @@ func TestResetFairnessIsAudited(t *testing.T) {
 	if got := spend(t, a, []*wire.Request{fairRPC("s1", "", tiers)}); got != 100 {
 		t.Fatalf("after the reset s1 spent %d, want a fresh 100", got)
 	}
+}
+
+// TestRefusedRPCHoldsNoPlace: an RPC that took the family's last command
+// and whose fairness charge is still running holds that command only
+// until its charge is decided. Another RPC arriving meanwhile waits for
+// it, and is admitted when the charge refuses and gives the command back,
+// rather than refused and the family stopped with a command unspent.
+// The clock and the goroutines run in a bubble, so the test knows when
+// each is blocked.
+func TestRefusedRPCHoldsNoPlace(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		synctest.Test(t, func(t *testing.T) {
+			fx := newFx(t)
+			ctx := context.Background()
+			cfg := fairConfig(switches{})
+			// alice is exhausted through another server, which leases one
+			// command at a time, one RPC after another: this one asks the
+			// store, and the store refuses her. 101 of 2,000 leased: her
+			// 100, and the one her refused RPC gave back to that server's
+			// chunk.
+			other := cfg
+			other.Chunk = 1
+			o := fx.admitter(other)
+			for k := 0; ; k++ {
+				err := o.Admit(ctx, fairRPC("so", "alice", nil))
+				if err == nil {
+					continue
+				}
+				if code(err) != wire.CodeLimited || k != 100 {
+					t.Fatalf("alice's RPC %d on the other server: %v", k, err)
+				}
+				break
+			}
+			a := fx.admitter(cfg)
+			// 18 callers spend 1,800 and a 19th 98: one command is left.
+			for i := range 19 {
+				r := fairRPC(fmt.Sprint("s", i), fmt.Sprint("p", i), nil)
+				for k := 0; i < 18 || k < 98; k++ {
+					if err := a.Admit(ctx, r); err != nil {
+						if code(err) == wire.CodeLimited && i < 18 && k == 100 {
+							break
+						}
+						t.Fatalf("caller %d, RPC %d: %v", i, k, err)
+					}
+				}
+			}
+
+			// alice's next RPC takes the last command; her charge waits.
+			reached, release := make(chan struct{}), make(chan struct{})
+			var armed atomic.Bool
+			armed.Store(true)
+			fx.probe.set(func(partition string, _ []engine.Command) {
+				quota := strings.HasPrefix(partition, engine.ReservedPartition("adm/q/")) || strings.HasPrefix(partition, engine.ReservedPartition("adm/p/"))
+				if quota && armed.CompareAndSwap(true, false) {
+					close(reached)
+					<-release
+				}
+			}, nil)
+			aliceErr, bobErr := make(chan error, 1), make(chan error, 1)
+			go func() { aliceErr <- a.Admit(ctx, fairRPC("sa", "alice", nil)) }()
+			select {
+			case <-reached:
+			case err := <-aliceErr:
+				t.Fatalf("alice was answered (%v) before her charge reached the store", err)
+			}
+			go func() { bobErr <- a.Admit(ctx, fairRPC("sb", "bob", nil)) }()
+			synctest.Wait()
+			select {
+			case err := <-bobErr:
+				t.Fatalf("bob was answered (%v) while alice's charge held the last command", err)
+			default:
+			}
+			close(release)
+			if err := <-aliceErr; code(err) != wire.CodeLimited {
+				t.Fatalf("alice: %v, want her principal's guard_limited", err)
+			}
+			if err := <-bobErr; err != nil {
+				t.Fatalf("bob, after alice's refusal gave the last command back: %v, want admitted", err)
+			}
+			if err := a.Admit(ctx, fairRPC("sc", "carol", nil)); code(err) != wire.CodeStopped {
+				t.Fatalf("carol, with nothing left: %v, want guard_stopped", err)
+			}
+		})
+	})
 }
