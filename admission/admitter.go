@@ -226,18 +226,7 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 		return false, err
 	}
 	if id := a.identities(f, req); !id.none() {
-		f.held.Add(n)
-		err := a.knownExhausted(f, &id, day, n)
-		if err == nil {
-			err = a.charge(ctx, f, &id, a.keysOf(day), n)
-		}
-		if err != nil {
-			// The commands go back to the leased chunk: a refused RPC
-			// spends no family allowance.
-			f.giveBack(day, n)
-		}
-		f.settle(n)
-		if err != nil {
+		if err := a.chargeHeld(ctx, f, &id, day, n); err != nil {
 			a.maybeWarn(ctx, f, day, left+n)
 			return false, err
 		}
@@ -245,6 +234,25 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 	}
 	a.maybeWarn(ctx, f, day, left)
 	return pending, nil
+}
+
+// chargeHeld charges id's quotas for the n commands the RPC took from f's
+// chunk for day, holding them (family.held) until the charge is decided.
+// If it refuses, the commands go back to the chunk: a refused RPC spends
+// no family allowance. The hold ends however the charge ends, so that a
+// lease waiting for it (awaitHolds) never waits longer than the charge.
+func (a *Admitter) chargeHeld(ctx context.Context, f *family, id *identities, day, n int64) (err error) {
+	f.held.Add(n)
+	defer func() {
+		if err != nil {
+			f.giveBack(day, n)
+		}
+		f.settle(n)
+	}()
+	if err := a.knownExhausted(f, id, day, n); err != nil {
+		return err
+	}
+	return a.charge(ctx, f, id, a.keysOf(day), n)
 }
 
 // maybeWarn logs the day's warning once the commands admitted reach the
