@@ -98,7 +98,8 @@ func TestJointMirror(t *testing.T) {
 
 // A joint step whose second batch fails (a Redis list where its window's
 // record would be) answers the error and writes nothing, in either
-// partition; without the planted key the same step changes both.
+// partition; without the planted key the same step changes both. A step
+// whose batch carries an operation id is refused and changes nothing.
 func TestJointFailureLeavesEveryPartition(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := srv.Client(t)
@@ -148,6 +149,16 @@ func TestJointFailureLeavesEveryPartition(t *testing.T) {
 		if k := cfg.Prefix + ":{" + p + "}:k:w1"; before[k] == after[k] {
 			t.Errorf("key %s unchanged by the joint step", k)
 		}
+	}
+
+	// A batch of a joint step carries no operation id: refused before
+	// anything is sent.
+	withID := []*engine.Batch{bs[0], {Partition: "q", Commands: eightCommands(), OperationID: "op"}}
+	if err := s.ApplyJoint(t.Context(), withID, outs); !errors.Is(err, engine.ErrInvalid) {
+		t.Fatalf("a joint step with an operation id: %v, want ErrInvalid", err)
+	}
+	if again := snapshot(t, raw, match); !maps.Equal(after, again) {
+		t.Fatal("a refused joint step changed the store")
 	}
 }
 
