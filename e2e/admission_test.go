@@ -275,7 +275,19 @@ func TestUnknownBucketIsShared(t *testing.T) {
 func TestFairnessDenialSpendsNothingAndReachesNoSubject(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{Args: fairArgs})
+	fairnessDenialSpendsNothing(t, []*server{s}, func() int64 { return s.spent(t, admission.DefaultFamily) })
+}
+
+// fairnessDenialSpendsNothing exhausts a principal, then sends it from a
+// fresh source with a kv.incr on a fresh key, taking the servers in turn:
+// 429 guard_limited, no family allowance spent (spent reads what the
+// servers have spent between them), and the key was never written. The
+// fresh source was charged nothing either: it is then admitted its whole
+// share, and no more.
+func fairnessDenialSpendsNothing(t *testing.T, servers []*server, spent func() int64) {
+	t.Helper()
 	p := unique(t, "denial")
+	on := func(i int) *server { return servers[i%len(servers)] }
 	// The server charges whatever hashed identities it is sent.
 	identified := func(source, principal string, cmds ...engine.Command) wire.Request {
 		r := request(step(p, cmds...))
@@ -283,27 +295,27 @@ func TestFairnessDenialSpendsNothingAndReachesNoSubject(t *testing.T) {
 		return r
 	}
 	for i := range sourceShare {
-		s.do(t, identified("src-1", "principal-1", engine.Incr(fmt.Sprint("spent-", i), 1, hour)))
+		on(i).do(t, identified("src-1", "principal-1", engine.Incr(fmt.Sprint("spent-", i), 1, hour)))
 	}
-	before := s.spent(t, admission.DefaultFamily)
+	before := spent()
 	for i := range 10 {
-		a := s.call(t, identified("src-2", "principal-1", engine.Incr(fmt.Sprint("fresh-", i), 1, hour)))
+		a := on(i).call(t, identified("src-2", "principal-1", engine.Incr(fmt.Sprint("fresh-", i), 1, hour)))
 		pr := a.problem(t, wire.CodeLimited)
 		if a.Status != http.StatusTooManyRequests || !strings.Contains(pr.Reason, "principal quota") {
 			t.Fatalf("denial %d: %d %q", i, a.Status, pr.Reason)
 		}
 	}
-	if after := s.spent(t, admission.DefaultFamily); after != before {
+	if after := spent(); after != before {
 		t.Errorf("ten fairness denials spent %d of the family allowance", after-before)
 	}
 	for i := range 10 {
-		s.mustBeAbsent(t, p, fmt.Sprint("fresh-", i))
+		on(i).mustBeAbsent(t, p, fmt.Sprint("fresh-", i))
 	}
 	// src-2 was charged nothing for the denials: it still has its share.
 	for i := range sourceShare {
-		s.do(t, identified("src-2", fmt.Sprint("principal-", i+2), engine.Get("k")))
+		on(i).do(t, identified("src-2", fmt.Sprint("principal-", i+2), engine.Get("k")))
 	}
-	s.call(t, identified("src-2", "principal-x", engine.Get("k"))).problem(t, wire.CodeLimited)
+	on(0).call(t, identified("src-2", "principal-x", engine.Get("k"))).problem(t, wire.CodeLimited)
 }
 
 // TestInvalidAdmissionSettingAnswers503 starts servers with one malformed

@@ -22,20 +22,24 @@ import (
 type redisFleet struct {
 	servers []*server
 	token   string
+	// pepper is the clients' key-hashing pepper, shared by every server
+	// (for /v1/limiters) and by the sluice processes that call them, so
+	// that an identity hashes alike whichever server it is sent to.
+	pepper string
 }
 
 // startRedisFleet starts n servers on the store URL, each with its own
 // working directory, with extra arguments.
 func startRedisFleet(t *testing.T, n int, store string, extra ...string) *redisFleet {
 	t.Helper()
-	f := &redisFleet{token: "operator-" + strings.Repeat("t", 40)}
+	f := &redisFleet{token: "operator-" + strings.Repeat("t", 40), pepper: "pepper-" + strings.Repeat("p", 40)}
 	secret := "secret-" + strings.Repeat("s", 40)
 	for range n {
 		f.servers = append(f.servers, startServer(t, serverOptions{
 			// The tests check what is shared, not how fast: a call may
 			// take 10 s on a busy machine (the default is 750 ms).
 			Args:   append([]string{"--store", store, "--redis-timeout", "10s"}, extra...),
-			Env:    []string{"SLUICE_SECRETS=" + secret, "SLUICE_OPERATOR_TOKEN=" + f.token},
+			Env:    []string{"SLUICE_SECRETS=" + secret, "SLUICE_OPERATOR_TOKEN=" + f.token, "SLUICE_PEPPER=" + f.pepper},
 			Secret: secret,
 		}))
 	}
@@ -233,7 +237,7 @@ func TestRedisAdmissionBudgetIsShared(t *testing.T) {
 }
 
 // fleetFamily reads the default family's state from s.
-func fleetFamily(t *testing.T, s *server, token string) admission.FamilyState {
+func fleetFamily(t testing.TB, s *server, token string) admission.FamilyState {
 	t.Helper()
 	a := s.operator(t, http.MethodGet, wire.PathState, token, "")
 	if a.Status != http.StatusOK {
@@ -250,6 +254,65 @@ func fleetFamily(t *testing.T, s *server, token string) admission.FamilyState {
 	}
 	t.Fatalf("no family %q in %s", admission.DefaultFamily, a.Body)
 	return admission.FamilyState{}
+}
+
+// spent returns the commands the default family has admitted today across
+// the fleet: what the servers leased from the shared allowance less what
+// each still holds unspent.
+func (f *redisFleet) spent(t testing.TB) int64 {
+	t.Helper()
+	var used, held int64
+	for k, s := range f.servers {
+		st := fleetFamily(t, s, f.token)
+		if k > 0 && st.Used != used {
+			t.Fatalf("servers report %d and %d commands leased: not one shared counter", used, st.Used)
+		}
+		used = st.Used
+		held += st.LeasedLeft
+	}
+	return used - held
+}
+
+// TestRedisFairnessIsShared runs fair admission on two servers sharing one
+// Redis: on a single node, where a fair RPC's charges are one joint step
+// (one script call), and on a 3-master cluster, where they are two
+// batches, the second refunding the first when it refuses.
+func TestRedisFairnessIsShared(t *testing.T) {
+	t.Parallel()
+	t.Run("single", func(t *testing.T) {
+		t.Parallel()
+		fairnessIsShared(t, redisURL(redistest.Start(t)))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		fairnessIsShared(t, clusterURL(redistest.StartCluster(t, 3)))
+	})
+}
+
+func fairnessIsShared(t *testing.T, store string) {
+	fleet := startRedisFleet(t, 2, store, fairArgs...)
+	// Two sluice hit processes from two addresses of one /64, each through
+	// its own server: between them they get the source's share.
+	var runs []*cliRun
+	for k, addr := range []string{"2001:db8:7:1::a", "2001:DB8:7:1:ffff:ffff:ffff:fffe"} {
+		s := fleet.servers[k]
+		runs = append(runs, s.startCLI(t, hitArgs(t, 80, "--source", addr, "--secret", s.secret(), "--pepper", fleet.pepper)...))
+	}
+	rs := []hitResult{runs[0].hits(t), runs[1].hits(t)}
+	if got := totalAdmitted(rs); got != sourceShare {
+		t.Fatalf("two processes on one /64, through two servers, were admitted %d, want the source share %d:\n%+v", got, sourceShare, rs)
+	}
+	for _, r := range rs {
+		if r.refused > 0 && r.first != wire.CodeLimited {
+			t.Errorf("refusal %s, want %s", r.first, wire.CodeLimited)
+		}
+	}
+	if got := fleet.spent(t); got != sourceShare {
+		t.Errorf("the fleet spent %d, want %d", got, sourceShare)
+	}
+	// A principal exhausted through both servers is refused through
+	// either, and its refusals spend nothing anywhere.
+	fairnessDenialSpendsNothing(t, fleet.servers, func() int64 { return fleet.spent(t) })
 }
 
 // TestRedisSentinelStore starts a server on a redis+sentinel:// URL: it
