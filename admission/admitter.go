@@ -108,7 +108,9 @@ type StopRecord struct {
 
 // New returns an Admitter keeping its state in eng's store. An invalid cfg
 // does not fail New: every Admit then answers guard_unavailable with the
-// reason, which is logged once.
+// reason, which Err returns. New does not log it: the server built on the
+// Admitter validates its whole configuration, this reason included, and
+// logs every reason once.
 func New(eng *engine.Engine, cfg Config) *Admitter {
 	a := &Admitter{eng: eng, cfg: cfg, now: cfg.Now, log: cfg.Logger, fams: map[string]*family{}}
 	if a.now == nil {
@@ -123,7 +125,6 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 	}
 	if err != nil {
 		a.invalid = "invalid admission configuration: " + strings.ReplaceAll(err.Error(), "\n", "; ")
-		a.log.Error("refusing every RPC", "reason", a.invalid)
 		return a
 	}
 	for name, n := range allowances {

@@ -319,8 +319,8 @@ func fairnessDenialSpendsNothing(t *testing.T, servers []*server, spent func() i
 }
 
 // TestInvalidAdmissionSettingAnswers503 starts servers with one malformed
-// admission setting each: none exits; each answers every RPC and operator
-// call 503 guard_unavailable with the reason.
+// admission setting each: none exits; each logs the reason once and
+// answers every RPC and operator call 503 guard_unavailable with it.
 func TestInvalidAdmissionSettingAnswers503(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -361,6 +361,9 @@ func TestInvalidAdmissionSettingAnswers503(t *testing.T) {
 			check("readyz", send(t, req))
 			if _, errOut, status := s.cli(t, "ping"); status != 1 || !strings.Contains(errOut, "guard_unavailable") {
 				t.Errorf("ping of a misconfigured server: status %d, %q", status, errOut)
+			}
+			if n := strings.Count(s.logs.String(), "refusing every RPC"); n != 1 {
+				t.Errorf("the reason was logged %d times, want once:\n%s", n, s.logs)
 			}
 		})
 	}
