@@ -196,13 +196,21 @@ func admitAll(ctx context.Context, a *Admitter, fam string, n int) (int64, error
 	}
 }
 
+// TestBudgetExactAcrossChunks admits batches of 3 from chunks of 7 (of an
+// allowance of 10,000, whose 1 % cap is 100), so that most chunks end in
+// the middle of a batch: the day admits its allowance to the command, and
+// a batch larger than what is left is refused.
 func TestBudgetExactAcrossChunks(t *testing.T) {
 	fx := newFixture(t)
-	a := fx.admitter(smallConfig(100))
+	cfg := smallConfig(10_000)
+	if EffectiveChunk(cfg.Chunk, cfg.Total) != 7 {
+		t.Fatalf("chunk %d, want the test's 7", EffectiveChunk(cfg.Chunk, cfg.Total))
+	}
+	a := fx.admitter(cfg)
 	admitted, err := admitAll(context.Background(), a, DefaultFamily, 3)
-	// 100 = 33·3 + 1: the 34th batch of 3 is larger than the 1 left.
-	if admitted != 99 || code(err) != wire.CodeStopped {
-		t.Fatalf("admitted %d then %v, want 99 then guard_stopped", admitted, err)
+	// 10,000 = 3,333·3 + 1: the 3,334th batch of 3 is larger than the 1 left.
+	if admitted != 9_999 || code(err) != wire.CodeStopped {
+		t.Fatalf("admitted %d then %v, want 9,999 then guard_stopped", admitted, err)
 	}
 	if err := a.Admit(context.Background(), rpc(DefaultFamily, 1)); err != nil {
 		t.Fatalf("the last command should still fit: %v", err)
@@ -271,6 +279,52 @@ func TestBurstAcrossMidnightAdmitsAtMostTwoAllowances(t *testing.T) {
 	// its allowance, so the burst admits two allowances and no more.
 	if before != 50 || after != 50 {
 		t.Fatalf("admitted %d before and %d after midnight, want 50 and 50", before, after)
+	}
+}
+
+// TestChunkLeftAtMidnightIsNotSpentTomorrow leases a chunk of 100 of an
+// allowance of 10,000 one second before UTC midnight and spends 1 of it:
+// the 99 left are yesterday's, so the new day admits exactly its own
+// allowance, not its allowance and the 99.
+func TestChunkLeftAtMidnightIsNotSpentTomorrow(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	a := fx.admitter(cfg)
+	fx.clock.Set(time.Date(2026, 1, 1, 23, 59, 59, 0, time.UTC))
+	if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.State(ctx); err != nil || st[0].Used != 100 || st[0].LeasedLeft != 99 {
+		t.Fatalf("state %+v, %v: want a chunk of 100 leased, 99 of it unspent", st, err)
+	}
+	fx.clock.Set(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC))
+	if admitted, err := admitAll(ctx, a, DefaultFamily, 1); admitted != 10_000 || code(err) != wire.CodeStopped {
+		t.Fatalf("the new day admitted %d then %v, want its own 10,000 then guard_stopped", admitted, err)
+	}
+}
+
+// TestChunkUnspentAtACrashIsLostNeverSpentTwice: a server leases a chunk
+// of 100 of an allowance of 10,000, spends 1 and ends without giving the
+// rest back, as a crash would (nothing of an Admitter outlives it but the
+// store). The server started after it spends what the durable counter has
+// left, 9,900: the day admits 9,901 commands. The 99 unspent are lost, and
+// none is admitted twice.
+func TestChunkUnspentAtACrashIsLostNeverSpentTwice(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	if err := fx.admitter(cfg).Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+		t.Fatal(err)
+	}
+	restarted := fx.admitter(cfg)
+	if admitted, err := admitAll(ctx, restarted, DefaultFamily, 1); admitted != 9_900 || code(err) != wire.CodeStopped {
+		t.Fatalf("the restarted server admitted %d then %v, want the 9,900 the crashed one had not leased", admitted, err)
+	}
+	if st, err := restarted.State(ctx); err != nil || st[0].Used != 10_000 || st[0].LeasedLeft != 0 {
+		t.Fatalf("state %+v, %v: want the whole allowance leased and nothing left", st, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
@@ -616,5 +617,47 @@ func TestFairnessResetIsAudited(t *testing.T) {
 	}
 	if strings.Contains(out, "198.51.100") || strings.Contains(out, "bob") {
 		t.Errorf("the audit listing shows a raw identity:\n%s", out)
+	}
+}
+
+// TestEveryCommandIsCharged shows what a family's allowance counts: every
+// command of an admitted RPC, those of the steps a denial skipped
+// included, and again for a retry of an operation id, which the subject
+// answers from its replay record without running it twice.
+func TestEveryCommandIsCharged(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOptions{})
+	p := unique(t, "charged")
+	full := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: 1, WindowMs: hour}
+	s.do(t, request(step(p, engine.Hit(1, full))))
+
+	before := s.spent(t, admission.DefaultFamily)
+	got := s.do(t, request(
+		step(p, engine.Hit(1, full)), // denied: the window is full
+		step(p, engine.Incr("a", 1, hour), engine.Incr("b", 1, hour)),
+		step(p, engine.Set("c", "x", hour), engine.Incr("d", 1, hour), engine.Incr("e", 1, hour)),
+	))
+	if got.Steps[0].Results[0].Allowed || !got.Steps[1].Skipped || !got.Steps[2].Skipped {
+		t.Fatalf("answer %+v, want the hit denied and the two steps after it skipped", got.Steps)
+	}
+	if spent := s.spent(t, admission.DefaultFamily) - before; spent != 6 {
+		t.Errorf("an RPC of 6 commands, 5 of them skipped, spent %d of the allowance, want 6", spent)
+	}
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		s.mustBeAbsent(t, p, k)
+	}
+
+	body := encode(t, request(step(p, engine.Incr("n", 1, hour))))
+	before = s.spent(t, admission.DefaultFamily)
+	first := signedPost(t, s.URL, s.secret(), time.Now().Unix(), body).response(t)
+	again := signedPost(t, s.URL, s.secret(), time.Now().Unix(), body).response(t)
+	if first.Steps[0].Replayed || !again.Steps[0].Replayed || again.Steps[0].Results[0].Int != 1 {
+		t.Fatalf("first %+v, retry %+v: want the retry to replay the first's n = 1", first.Steps[0], again.Steps[0])
+	}
+	if spent := s.spent(t, admission.DefaultFamily) - before; spent != 2 {
+		t.Errorf("an RPC of one command and its retry spent %d of the allowance, want 2: a retry is admitted again", spent)
+	}
+	if v, _ := s.get(t, p, "n"); v != "1" {
+		t.Errorf("n = %q after an increment and its retry, want 1", v)
 	}
 }
