@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
@@ -29,26 +30,46 @@ type FenceState struct {
 	Since   time.Time `json:"since,omitzero"`
 }
 
-// fence caches the durable stop fence.
+// fence caches the durable stop fence. Every RPC reads it; while the
+// cached copy is fresh that read is one atomic load, so RPCs do not
+// serialise on the fence. Reading the store, when the copy has aged past
+// the refresh interval, and writing it take mu, one at a time.
 type fence struct {
 	eng     *engine.Engine
 	refresh time.Duration
 	now     func() time.Time
 
-	mu       sync.Mutex
+	cached atomic.Pointer[fenceCopy] // nil until the first read
+	mu     sync.Mutex
+}
+
+// fenceCopy is the fence as read from or written to the store at loadedAt.
+type fenceCopy struct {
 	state    FenceState
 	loadedAt time.Time
-	loaded   bool
+}
+
+// fresh returns the cached copy if it is younger than the refresh interval
+// at now, or nil.
+func (f *fence) fresh(now time.Time) *fenceCopy {
+	if c := f.cached.Load(); c != nil && now.Sub(c.loadedAt) < f.refresh {
+		return c
+	}
+	return nil
 }
 
 // get returns the fence state, reading the store when the cached copy is
-// older than the refresh interval.
+// older than the refresh interval. Callers arriving while the store is read
+// wait for that read rather than answer from the aged copy.
 func (f *fence) get(ctx context.Context) (FenceState, error) {
+	if c := f.fresh(f.now()); c != nil {
+		return c.state, nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.now()
-	if f.loaded && now.Sub(f.loadedAt) < f.refresh {
-		return f.state, nil
+	if c := f.fresh(now); c != nil {
+		return c.state, nil // read by the caller that held mu before us
 	}
 	var out engine.StepResult
 	if err := f.eng.ApplyReserved(ctx, controlPartition, &out, engine.Get(fenceKey), engine.TTL(fenceKey)); err != nil {
@@ -66,7 +87,7 @@ func (f *fence) get(ctx context.Context) (FenceState, error) {
 			}
 		}
 	}
-	f.state, f.loadedAt, f.loaded = st, now, true
+	f.cached.Store(&fenceCopy{state: st, loadedAt: now})
 	return st, nil
 }
 
@@ -77,7 +98,7 @@ func (f *fence) set(ctx context.Context, st FenceState) error {
 	if err := f.write(ctx, st); err != nil {
 		return err
 	}
-	f.state, f.loadedAt, f.loaded = st, f.now(), true
+	f.cached.Store(&fenceCopy{state: st, loadedAt: f.now()})
 	return nil
 }
 

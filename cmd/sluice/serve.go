@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -320,11 +321,13 @@ func absPath(p string) string {
 }
 
 // requestTracker counts the requests being handled, so the store is closed
-// only after the last handler using it has returned.
+// only after the last handler using it has returned. A request costs two
+// atomic adds; only a request ending while wait waits takes mu.
 type requestTracker struct {
-	mu   sync.Mutex
-	n    int
-	idle *sync.Cond // signalled when n drops to zero
+	n       atomic.Int64
+	waiting atomic.Bool
+	mu      sync.Mutex
+	idle    *sync.Cond // signalled when n drops to zero while waiting
 }
 
 func newRequestTracker() *requestTracker {
@@ -336,25 +339,29 @@ func newRequestTracker() *requestTracker {
 // wrap returns h counting its requests.
 func (t *requestTracker) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.mu.Lock()
-		t.n++
-		t.mu.Unlock()
-		defer func() {
-			t.mu.Lock()
-			if t.n--; t.n == 0 {
-				t.idle.Broadcast()
-			}
-			t.mu.Unlock()
-		}()
+		t.n.Add(1)
+		defer t.done()
 		h.ServeHTTP(w, r)
 	})
+}
+
+// done ends one request. A request ending at zero while wait waits wakes
+// it: wait sets waiting before it reads n, so either it reads the zero or
+// this reads waiting.
+func (t *requestTracker) done() {
+	if t.n.Add(-1) == 0 && t.waiting.Load() {
+		t.mu.Lock()
+		t.idle.Broadcast()
+		t.mu.Unlock()
+	}
 }
 
 // wait returns once no request is being handled.
 func (t *requestTracker) wait() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for t.n > 0 {
+	t.waiting.Store(true)
+	for t.n.Load() > 0 {
 		t.idle.Wait()
 	}
 }

@@ -1,0 +1,107 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/admission"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// fenceStore counts the batches reaching the stop fence's partition, and
+// holds the next one of them when armed, until released.
+type fenceStore struct {
+	engine.Store
+	batches atomic.Int64
+
+	mu      sync.Mutex
+	arm     bool
+	held    chan struct{} // closed when a held batch arrives
+	release chan struct{}
+}
+
+var fencePartition = engine.ReservedPartition("control")
+
+func (s *fenceStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if b.Partition == fencePartition {
+		s.batches.Add(1)
+		s.mu.Lock()
+		hold := s.arm
+		s.arm = false
+		s.mu.Unlock()
+		if hold {
+			close(s.held)
+			<-s.release
+		}
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+// holdNext arms the store to hold the next batch on the fence's partition.
+func (s *fenceStore) holdNext() {
+	s.mu.Lock()
+	s.arm, s.held, s.release = true, make(chan struct{}), make(chan struct{})
+	s.mu.Unlock()
+}
+
+// TestFenceWriteHoldsUpNoRPC holds an operator stop in the store while it
+// writes the fence: RPCs meanwhile are answered from the server's fresh
+// copy of the fence instead of waiting for the write, and they read the
+// store's fence no more than once per refresh interval. Once the stop is
+// acknowledged, every RPC is refused.
+func TestFenceWriteHoldsUpNoRPC(t *testing.T) {
+	mem, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	st := &fenceStore{Store: mem}
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
+	cfg.FenceRefresh = time.Hour // the copy stays fresh for the whole test
+	h := &admHarness{t: t, srv: server.New(engine.New(st), cfg)}
+
+	for i := range 10 {
+		if rec := h.rpc(get(admission.DefaultFamily, "k")); rec.Code != http.StatusOK {
+			t.Fatalf("RPC %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	if n := st.batches.Load(); n != 1 {
+		t.Fatalf("10 RPCs read the fence %d times, want once", n)
+	}
+
+	st.holdNext()
+	stopped := make(chan *httptest.ResponseRecorder)
+	go func() { stopped <- h.operator(http.MethodPost, wire.PathStop, `{"reason":"drill"}`) }()
+	<-st.held // the stop is being written
+
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answered <- h.rpc(get(admission.DefaultFamily, "k")) }()
+	var during *httptest.ResponseRecorder
+	select {
+	case during = <-answered:
+	case <-time.After(10 * time.Second): // a failure bound, not a timing claim
+	}
+	close(st.release)
+	if rec := <-stopped; rec.Code != http.StatusOK {
+		t.Fatalf("stop: %d %s", rec.Code, rec.Body)
+	}
+	switch {
+	case during == nil:
+		<-answered
+		t.Error("an RPC waited for the operator's write of the fence")
+	case during.Code != http.StatusOK:
+		t.Errorf("an RPC during the fence write: %d %s, want 200 from the fresh copy", during.Code, during.Body)
+	}
+	if rec := h.rpc(get(admission.DefaultFamily, "k")); code(t, rec) != wire.CodeStopped {
+		t.Errorf("an RPC after the stop was acknowledged: %d %s, want guard_stopped", rec.Code, rec.Body)
+	}
+}
