@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,8 +60,12 @@ func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
 // v. It writes the error answer and returns false on failure.
 func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := wire.ReadBody(r.Body, maxControlBody)
-	if err != nil {
+	if errors.Is(err, wire.ErrBodyTooLarge) {
 		writeTooLarge(w, r, "operator body over 4 KiB")
+		return false
+	}
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, "reading the body failed")
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {

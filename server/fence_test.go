@@ -2,11 +2,15 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/sluicehq/sluice/admission"
@@ -103,5 +107,35 @@ func TestFenceWriteHoldsUpNoRPC(t *testing.T) {
 	}
 	if rec := h.rpc(get(admission.DefaultFamily, "k")); code(t, rec) != wire.CodeStopped {
 		t.Errorf("an RPC after the stop was acknowledged: %d %s, want guard_stopped", rec.Code, rec.Body)
+	}
+}
+
+// TestOperatorBodyRefusals: an operator body over 4 KiB answers 413, one
+// that cannot be read 400 invalid, not 413, and malformed JSON 400
+// invalid; none of them stops the server.
+func TestOperatorBodyRefusals(t *testing.T) {
+	h := newAdmHarness(t, func(*admission.Config) {})
+	send := func(body io.Reader) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, wire.PathStop, body)
+		req.Header.Set("Authorization", "Bearer "+admToken)
+		rec := httptest.NewRecorder()
+		h.srv.ServeHTTP(rec, req)
+		return rec
+	}
+	for _, tc := range []struct {
+		name   string
+		body   io.Reader
+		status int
+	}{
+		{"over 4 KiB", strings.NewReader(`{"reason":"` + strings.Repeat("x", 5<<10) + `"}`), http.StatusRequestEntityTooLarge},
+		{"unreadable", iotest.ErrReader(errors.New("connection reset")), http.StatusBadRequest},
+		{"malformed", strings.NewReader(`{"reason":`), http.StatusBadRequest},
+	} {
+		if rec := send(tc.body); rec.Code != tc.status {
+			t.Errorf("%s: %d %s, want %d", tc.name, rec.Code, rec.Body, tc.status)
+		}
+	}
+	if st := h.state(); st.Stopped {
+		t.Error("a refused operator body stopped the server")
 	}
 }

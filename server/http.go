@@ -24,7 +24,10 @@ type HTTPConfig struct {
 	WriteTimeout time.Duration
 	// IdleTimeout bounds how long an idle keep-alive connection is kept.
 	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds the request line and headers.
+	// MaxHeaderBytes bounds the request line and headers. Over HTTP/1.1,
+	// Go's server reads up to 8 KiB past it (its slack and read buffer)
+	// before answering 431; over HTTP/2 it bounds the header list (each
+	// field's name and value plus 32 bytes), padded by 320 bytes.
 	MaxHeaderBytes int
 	// Logger receives the HTTP server's own errors (TLS handshakes,
 	// malformed requests) at warning level. Nil discards them.

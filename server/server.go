@@ -156,7 +156,10 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, b
 		return nil, false
 	}
 	if err != nil {
-		writeProblem(w, wire.CodeInvalid, "reading the body failed")
+		// Before authentication nothing answers 400: a body that could not
+		// be read (broken chunked encoding, a read timeout) could not be
+		// authenticated either.
+		writeProblem(w, wire.CodeUnauthorized, "the body could not be read, so its signature could not be checked")
 		return nil, false
 	}
 	if err := s.verifier.Verify(s.now(), ts, sig, r.Method, r.URL.Path, body); err != nil {

@@ -430,6 +430,41 @@ func TestRPCBodyBoundOverHTTP2(t *testing.T) {
 	}
 }
 
+// TestHeaderBoundOverHTTP1 pins the header bound the documentation states
+// for HTTP/1.1: Go's server reads past MaxHeaderBytes (its 4 KiB of slack
+// and its 4 KiB read buffer) before it refuses a request, so headers under
+// 16 KiB are served and a request line and headers over 24 KiB are always
+// answered 431, without running the handler.
+func TestHeaderBoundOverHTTP1(t *testing.T) {
+	var ran atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1) })
+	cfg := server.DefaultHTTPConfig()
+	base := serveHTTP(t, h, cfg, nil)
+	send := func(padding int) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Padding", strings.Repeat("x", padding))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if status := send(cfg.MaxHeaderBytes - 512); status != http.StatusOK {
+		t.Errorf("headers just under the bound: %d, want 200", status)
+	}
+	if status := send(cfg.MaxHeaderBytes + 8<<10 + 1); status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("headers past the bound and Go's read-ahead: %d, want 431", status)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once (for the request under the bound)", n)
+	}
+}
+
 // TestHeaderBoundOverHTTP2 sends HTTP/2 requests whose header lists are
 // over the server's header bound, with a raw framer (Go's own client
 // refuses to send them): one a little over, which is answered 431, and one
@@ -548,7 +583,7 @@ func rawHTTP2Request(t *testing.T, base string, n int) (status string, closed bo
 
 // TestReadTimeoutPerRequest starts a request whose body never ends, over
 // HTTP/1.1 and over HTTP/2, and checks that the server gives up on it
-// after its read timeout, answering 400 or dropping the request: the
+// after its read timeout, answering 401 or dropping the request: the
 // client, which would otherwise wait for its own deadline, hears from the
 // server first.
 func TestReadTimeoutPerRequest(t *testing.T) {
@@ -572,8 +607,8 @@ func TestReadTimeoutPerRequest(t *testing.T) {
 				return // the server dropped the request
 			}
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadRequest {
-				t.Errorf("answer %d, want 400 (the body could not be read)", resp.StatusCode)
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("answer %d, want 401 (the body could not be read, so it was not authenticated)", resp.StatusCode)
 			}
 		})
 	}
