@@ -424,18 +424,20 @@ func TestFamilyBudgetStopSurvivesRestart(t *testing.T) {
 	}
 }
 
-// TestStopWhileRPCsAreInFlight keeps 64 workers sending 1,000 kv.incr RPCs,
-// each on its own key, and stops the server once 300 have been answered.
-// Every RPC sent after the stop was acknowledged answers 503 guard_stopped;
-// after a resume, each key holds 1 exactly when its RPC answered 200, so no
-// refused RPC — in flight at the stop or sent after it — had any effect.
+// TestStopWhileRPCsAreInFlight keeps 1,000 kv.incr RPCs in flight, from
+// 1,000 senders on a connection each, every RPC on a key of its own, and
+// stops the server once 300 have been answered. Each sender goes on until
+// it has sent one RPC after the stop was acknowledged: every such RPC
+// answers 503 guard_stopped. After a resume, each key holds 1 exactly when
+// its RPC answered 200, so no refused RPC — in flight at the stop or sent
+// after it — had any effect.
 func TestStopWhileRPCsAreInFlight(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{})
-	const total = 1000
+	const senders = 1000
 	p := unique(t, "inflight")
-	partition := func(i int) string { return fmt.Sprintf("%s-%d", p, i%16) }
-	key := func(i int) string { return fmt.Sprint("k", i) }
+	partition := func(sender int) string { return fmt.Sprintf("%s-%d", p, sender%16) }
+	key := func(sender, n int) string { return fmt.Sprintf("k%d-%d", sender, n) }
 	secret := s.secret()
 
 	type outcome struct {
@@ -444,29 +446,28 @@ func TestStopWhileRPCsAreInFlight(t *testing.T) {
 		code     wire.Code
 		err      error
 	}
-	outcomes := make([]outcome, total)
+	outcomes := make([][]outcome, senders) // by sender, in the order sent
 	var acked atomic.Bool
 	var answered atomic.Int64
-	ready := make(chan struct{})
-	jobs := make(chan int)
+	ready, start := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
-	for range 64 {
+	for i := range senders {
 		wg.Go(func() {
-			for i := range jobs {
-				o := &outcomes[i]
-				o.afterAck, o.status, o.code, o.err = sendIncr(s.URL, secret, partition(i), key(i), &acked)
+			<-start
+			for n := 0; ; n++ {
+				var o outcome
+				o.afterAck, o.status, o.code, o.err = sendIncr(s.URL, secret, partition(i), key(i, n), &acked)
+				outcomes[i] = append(outcomes[i], o)
 				if answered.Add(1) == 300 {
 					close(ready)
+				}
+				if o.afterAck || o.err != nil {
+					return
 				}
 			}
 		})
 	}
-	go func() {
-		for i := range total {
-			jobs <- i
-		}
-		close(jobs)
-	}()
+	close(start)
 	<-ready
 	if a := s.operator(t, http.MethodPost, wire.PathStop, s.operatorToken(), `{"reason":"in-flight drill"}`); a.Status != http.StatusOK {
 		t.Fatalf("stop: %d %s", a.Status, a.Body)
@@ -475,26 +476,28 @@ func TestStopWhileRPCsAreInFlight(t *testing.T) {
 	wg.Wait()
 
 	var ok, refusedInFlight, afterAck int
-	for i, o := range outcomes {
-		switch {
-		case o.err != nil:
-			t.Fatalf("rpc %d: %v", i, o.err)
-		case o.status == http.StatusOK:
-			ok++
-			if o.afterAck {
-				t.Errorf("rpc %d was sent after the stop was acknowledged and admitted", i)
+	for i, rpcs := range outcomes {
+		for n, o := range rpcs {
+			switch {
+			case o.err != nil:
+				t.Fatalf("sender %d, rpc %d: %v", i, n, o.err)
+			case o.status == http.StatusOK:
+				ok++
+				if o.afterAck {
+					t.Errorf("sender %d, rpc %d was sent after the stop was acknowledged and admitted", i, n)
+				}
+			case o.code != wire.CodeStopped:
+				t.Fatalf("sender %d, rpc %d answered %d %s", i, n, o.status, o.code)
+			case o.afterAck:
+				afterAck++
+			default:
+				refusedInFlight++
 			}
-		case o.code != wire.CodeStopped:
-			t.Fatalf("rpc %d answered %d %s", i, o.status, o.code)
-		case o.afterAck:
-			afterAck++
-		default:
-			refusedInFlight++
 		}
 	}
 	t.Logf("%d admitted before the stop, %d in flight and refused, %d sent after the acknowledgement and refused", ok, refusedInFlight, afterAck)
-	if afterAck == 0 {
-		t.Fatal("no RPC was sent after the stop was acknowledged: the drill proved nothing")
+	if afterAck != senders {
+		t.Fatalf("%d RPCs sent after the acknowledgement, want one from each of the %d senders", afterAck, senders)
 	}
 	if ok < 300 {
 		t.Fatalf("only %d RPCs admitted", ok)
@@ -505,16 +508,19 @@ func TestStopWhileRPCsAreInFlight(t *testing.T) {
 	}
 	// Read every key back: steps of 8 keys of one partition, 4 steps (32
 	// commands) to a request.
+	type sent struct{ sender, n int }
 	var steps []engine.Step
-	var order []int // the key index of each command, in request order
-	for r := range 16 {
-		for i := r; i < total; i += 16 {
-			if n := len(steps); n == 0 || steps[n-1].Partition != partition(i) || len(steps[n-1].Commands) == engine.MaxCommandsPerStep {
-				steps = append(steps, step(partition(i)))
+	var order []sent // the RPC of each command, in request order
+	for part := range 16 {
+		for i := part; i < senders; i += 16 {
+			for n := range outcomes[i] {
+				if k := len(steps); k == 0 || steps[k-1].Partition != partition(i) || len(steps[k-1].Commands) == engine.MaxCommandsPerStep {
+					steps = append(steps, step(partition(i)))
+				}
+				last := &steps[len(steps)-1]
+				last.Commands = append(last.Commands, engine.Get(key(i, n)))
+				order = append(order, sent{i, n})
 			}
-			last := &steps[len(steps)-1]
-			last.Commands = append(last.Commands, engine.Get(key(i)))
-			order = append(order, i)
 		}
 	}
 	for len(steps) > 0 {
@@ -522,12 +528,13 @@ func TestStopWhileRPCsAreInFlight(t *testing.T) {
 		resp := s.do(t, request(steps[:k]...))
 		for _, st := range resp.Steps {
 			for _, r := range st.Results {
-				i := order[0]
+				rpc := order[0]
 				order = order[1:]
-				want := outcomes[i].status == http.StatusOK
+				o := outcomes[rpc.sender][rpc.n]
+				want := o.status == http.StatusOK
 				if r.Found != want || want && r.Value != "1" {
-					t.Errorf("key %d: found %v value %q; its RPC answered %d (sent after the acknowledgement: %v)",
-						i, r.Found, r.Value, outcomes[i].status, outcomes[i].afterAck)
+					t.Errorf("sender %d, rpc %d: found %v value %q; it answered %d (sent after the acknowledgement: %v)",
+						rpc.sender, rpc.n, r.Found, r.Value, o.status, o.afterAck)
 				}
 			}
 		}
