@@ -668,3 +668,22 @@ func TestEveryCommandIsCharged(t *testing.T) {
 		t.Errorf("n = %q after an increment and its retry, want 1", v)
 	}
 }
+
+// TestFairnessQuotaSurvivesRestart spends a source's share, restarts the
+// server and sends from that source again: still refused, as durable
+// quotas are, while another source is admitted.
+func TestFairnessQuotaSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, serverOptions{Args: fairArgs})
+	if r := s.hitAll(t, hitArgs(t, sourceShare+5, "--source", "198.51.100.9"))[0]; r.admitted != sourceShare || r.first != wire.CodeLimited {
+		t.Fatalf("before the restart: %+v, want the share of %d admitted and then guard_limited", r, sourceShare)
+	}
+	s.restart()
+	rs := s.hitAll(t, hitArgs(t, 2, "--source", "198.51.100.9"), hitArgs(t, 2, "--source", "203.0.113.9"))
+	if r := rs[0]; r.admitted != 0 || r.first != wire.CodeLimited {
+		t.Errorf("the spent source after the restart: %+v, want guard_limited", r)
+	}
+	if r := rs[1]; r.admitted != 2 {
+		t.Errorf("another source after the restart: %+v, want admitted", r)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -15,7 +16,8 @@ const hour = int64(time.Hour / time.Millisecond)
 
 // TestSignatureRejectedWithZeroWork sends requests that each carry a
 // mutation and fail authentication, over HTTP/1.1 and h2c, and checks that
-// each is answered 401 and that its mutation never happened.
+// each is answered 401, spent nothing of its family's budget, and that its
+// mutation never happened.
 func TestSignatureRejectedWithZeroWork(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{})
@@ -84,8 +86,12 @@ func checkSignatureRejected(t *testing.T, s *server, hc *http.Client, major int)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := unique(t, "probe")
+			before := s.spent(t, admission.DefaultFamily)
 			a := tc.send(encode(t, request(step("auth", engine.Incr(key, 1, hour)))))
 			a.problem(t, wire.CodeUnauthorized)
+			if spent := s.spent(t, admission.DefaultFamily) - before; spent != 0 {
+				t.Errorf("a refused request spent %d of its family's budget", spent)
+			}
 			s.mustBeAbsent(t, "auth", key)
 		})
 	}
