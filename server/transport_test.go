@@ -699,3 +699,58 @@ func TestRefusedStreamKeepsTheConnection(t *testing.T) {
 		t.Fatalf("the next request on the connection: status %s, want 200", got)
 	}
 }
+
+// TestSlowHeadersAndIdleConnectionsAreCut checks the two timeouts that
+// free a connection a client holds without using it: a client that sends
+// half its request headers and then nothing is disconnected after
+// ReadHeaderTimeout, and a keep-alive connection left idle after a request
+// is closed after IdleTimeout. The handler never runs for the first.
+func TestSlowHeadersAndIdleConnectionsAreCut(t *testing.T) {
+	var ran atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1) })
+	cfg := server.DefaultHTTPConfig()
+	cfg.ReadHeaderTimeout, cfg.IdleTimeout = 100*time.Millisecond, 100*time.Millisecond
+	// Go's server falls back on ReadTimeout where the other two are unset:
+	// a minute, so that the test cannot pass on the fallback.
+	cfg.ReadTimeout = time.Minute
+	base := serveHTTP(t, h, cfg, nil)
+	addr := strings.TrimPrefix(base, "http://")
+	// closedWithin reads conn until the server closes it, and fails the test
+	// if that takes longer than a bound far beyond the timeouts (and far
+	// below the fallback).
+	closedWithin := func(conn net.Conn, what string) {
+		t.Helper()
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // a failure bound only
+		if _, err := io.Copy(io.Discard, conn); err != nil {
+			t.Errorf("%s: the server did not close the connection: %v", what, err)
+		}
+	}
+
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	io.WriteString(slow, "GET / HTTP/1.1\r\nHost: sluice\r\nX-Half: ")
+	closedWithin(slow, "half the headers")
+	if ran.Load() != 0 {
+		t.Error("the handler ran for a request whose headers never ended")
+	}
+
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: sluice\r\n\r\n")
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("answer %d, close %v: want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+	}
+	closedWithin(idle, "an idle keep-alive connection")
+}
