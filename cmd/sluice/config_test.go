@@ -77,3 +77,15 @@ func TestIsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestServeListensOnLoopbackByDefault: with no --addr and no SLUICE_ADDR,
+// sluice serve listens on a loopback address; exposing it takes the flag.
+func TestServeListensOnLoopbackByDefault(t *testing.T) {
+	f := newServeCmd().Flags().Lookup("addr")
+	if f == nil {
+		t.Fatal("sluice serve has no --addr flag")
+	}
+	if !isLoopback(f.DefValue) || f.DefValue != "127.0.0.1:7420" {
+		t.Errorf("--addr defaults to %q, want the loopback 127.0.0.1:7420", f.DefValue)
+	}
+}
