@@ -58,13 +58,19 @@ func clusterURL(c *redistest.Cluster) string {
 // (where the partitions land on different masters).
 func TestRedisServersShareQuotas(t *testing.T) {
 	t.Parallel()
+	onSingleAndCluster(t, shareQuotas)
+}
+
+// onSingleAndCluster runs test in parallel subtests, on the URL of a
+// single Redis node and on that of a 3-master cluster.
+func onSingleAndCluster(t *testing.T, test func(t *testing.T, store string)) {
 	t.Run("single", func(t *testing.T) {
 		t.Parallel()
-		shareQuotas(t, redisURL(redistest.Start(t)))
+		test(t, redisURL(redistest.Start(t)))
 	})
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
-		shareQuotas(t, clusterURL(redistest.StartCluster(t, 3)))
+		test(t, clusterURL(redistest.StartCluster(t, 3)))
 	})
 }
 
@@ -279,14 +285,7 @@ func (f *redisFleet) spent(t testing.TB) int64 {
 // batches, the second refunding the first when it refuses.
 func TestRedisFairnessIsShared(t *testing.T) {
 	t.Parallel()
-	t.Run("single", func(t *testing.T) {
-		t.Parallel()
-		fairnessIsShared(t, redisURL(redistest.Start(t)))
-	})
-	t.Run("cluster", func(t *testing.T) {
-		t.Parallel()
-		fairnessIsShared(t, clusterURL(redistest.StartCluster(t, 3)))
-	})
+	onSingleAndCluster(t, fairnessIsShared)
 }
 
 func fairnessIsShared(t *testing.T, store string) {
