@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -610,6 +612,81 @@ func TestMissingPeerSharesOneQuota(t *testing.T) {
 	if code := serve(h, http.MethodPost, "/login", "not an address").Code; code != http.StatusTooManyRequests {
 		t.Fatalf("second request without a peer answered %d, want 429", code)
 	}
+}
+
+// The warning about requests without a usable peer goes to the stage's
+// Logger, once however many such requests come, and names the shared
+// bucket, never the raw address; a ClientIP.Logger of its own takes it
+// instead.
+func TestMissingPeerWarnsThroughTheLogger(t *testing.T) {
+	remotes := []string{"", "192.0.2.1:1", "not an address", "", "0.0.0.0:1", "[::]:1", "secret-peer-value"}
+	send := func(t *testing.T, cfg httplimit.Config) {
+		h, _ := stage(t, cfg)
+		for _, remote := range remotes {
+			serve(h, http.MethodPost, "/login", remote)
+		}
+	}
+
+	t.Run("Logger", func(t *testing.T) {
+		mem, _ := newMem(t, 100)
+		cfg := config(mem, 100, "/login")
+		logs := &logRecorder{}
+		cfg.Logger = slog.New(logs)
+		send(t, cfg)
+		recs := logs.all()
+		if len(recs) != 1 {
+			t.Fatalf("%d records, want the one warning: %v", len(recs), recs)
+		}
+		rec := recs[0]
+		if rec.Level != slog.LevelWarn || !strings.HasPrefix(rec.Message, "clientip: ") {
+			t.Fatalf("logged %v %q, want the clientip warning", rec.Level, rec.Message)
+		}
+		attrs := map[string]string{}
+		rec.Attrs(func(a slog.Attr) bool {
+			attrs[a.Key] = a.Value.String()
+			return true
+		})
+		if len(attrs) != 1 || attrs["bucket"] != clientip.Unknown {
+			t.Fatalf("attributes %v, want bucket=%s alone", attrs, clientip.Unknown)
+		}
+		if strings.Contains(rec.Message, "secret-peer-value") {
+			t.Fatalf("the warning logs a raw address: %q", rec.Message)
+		}
+	})
+
+	t.Run("ClientIP.Logger", func(t *testing.T) {
+		mem, _ := newMem(t, 100)
+		cfg := config(mem, 100, "/login")
+		stageLogs, ipLogs := &logRecorder{}, &logRecorder{}
+		cfg.Logger = slog.New(stageLogs)
+		cfg.ClientIP.Logger = slog.New(ipLogs)
+		send(t, cfg)
+		if n, m := len(ipLogs.all()), len(stageLogs.all()); n != 1 || m != 0 {
+			t.Fatalf("%d records through ClientIP.Logger and %d through Logger, want 1 and 0", n, m)
+		}
+	})
+}
+
+// logRecorder is a slog.Handler keeping every record.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r)
+	return nil
+}
+
+func (h *logRecorder) all() []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.records)
 }
 
 // validatingStore fails every batch that Batch.Validate rejects, as
