@@ -439,6 +439,74 @@ func TestTrustedProxy(t *testing.T) {
 	}
 }
 
+// On a TLS listener the client is the socket peer too: requests from the
+// test's client, each over a connection of its own and each naming another
+// client in X-Forwarded-For, draw one quota, the loopback peer's, since no
+// proxy is trusted.
+func TestTLSListenerKeysByThePeer(t *testing.T) {
+	const limit = 3
+	mem, _ := newMem(t, 100)
+	lim, err := httplimit.New(config(mem, limit, "/login"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type admitted struct {
+		remote string
+		tls    bool
+	}
+	var mu sync.Mutex
+	var seen []admitted // the requests that reached the route
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, admitted{r.RemoteAddr, r.TLS != nil})
+		mu.Unlock()
+	}))
+	srv := httptest.NewTLSServer(h)
+	defer srv.Close()
+	transport := srv.Client().Transport.(*http.Transport).Clone()
+	transport.DisableKeepAlives = true
+	client := &http.Client{Transport: transport}
+
+	for i, want := range []int{200, 200, 200, 429, 429} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/login", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("request %d answered %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+
+	mu.Lock()
+	admittedTLS := slices.Clone(seen)
+	mu.Unlock()
+	if len(admittedTLS) != limit {
+		t.Fatalf("%d requests reached the route, want %d", len(admittedTLS), limit)
+	}
+	var peer netip.Addr
+	for i, a := range admittedTLS {
+		ap, err := netip.ParseAddrPort(a.remote)
+		if err != nil || !a.tls || !ap.Addr().IsLoopback() || i > 0 && ap.Addr() != peer {
+			t.Fatalf("admitted requests %v, want TLS from one loopback address", admittedTLS)
+		}
+		peer = ap.Addr()
+	}
+	// The quota spent is the peer's: another request from the peer's
+	// address is refused, and one from elsewhere admitted.
+	if code := serve(h, http.MethodPost, "/login", netip.AddrPortFrom(peer, 1).String()).Code; code != http.StatusTooManyRequests {
+		t.Fatalf("the peer's address answered %d, want 429", code)
+	}
+	if code := serve(h, http.MethodPost, "/login", "198.51.100.1:1").Code; code != http.StatusOK {
+		t.Fatalf("an address named in X-Forwarded-For answered %d, want 200", code)
+	}
+}
+
 // A Policy decides each request's quota; differently named quotas count
 // apart, and a failing or invalid policy never runs the route.
 func TestPolicy(t *testing.T) {
