@@ -111,8 +111,9 @@ type Config struct {
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 
 	// Logger receives a warning when checks start failing and a notice
-	// when they succeed again; it never receives a client key. Nil
-	// discards.
+	// when they succeed again, and, unless ClientIP.Logger is set, the
+	// one warning of package clientip about requests without a usable
+	// peer; it never receives a client key. Nil discards.
 	Logger *slog.Logger
 }
 

@@ -128,5 +128,16 @@ quota, removing expired keys lazily in batches of at most 32
 processes, and separate Limiters, count separately. A fleet shares a
 Sluice server (the client package is a store), Redis, or the embedded
 store behind one server.
+
+Every engine.Store applies a batch as one atomic step, with no other batch
+on the partition interleaved; atomicity is part of the Store contract, not
+a feature some stores lack. A stage reads and charges a client's quota in
+one batch, one Apply per request, never a read followed by a
+compare-and-set: requests that race are never retried, so there is no
+retry budget to set and no conservative 429 when retries run out, and each
+request is admitted or rejected by the count it saw. A store that fails
+sends the request to [Config.OnError], 503 by default, and never to the
+route. No store is refused at construction for want of a compare-and-set:
+every engine.Store is atomic.
 */
 package httplimit

@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -437,6 +439,74 @@ func TestTrustedProxy(t *testing.T) {
 	}
 }
 
+// On a TLS listener the client is the socket peer too: requests from the
+// test's client, each over a connection of its own and each naming another
+// client in X-Forwarded-For, draw one quota, the loopback peer's, since no
+// proxy is trusted.
+func TestTLSListenerKeysByThePeer(t *testing.T) {
+	const limit = 3
+	mem, _ := newMem(t, 100)
+	lim, err := httplimit.New(config(mem, limit, "/login"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type admitted struct {
+		remote string
+		tls    bool
+	}
+	var mu sync.Mutex
+	var seen []admitted // the requests that reached the route
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, admitted{r.RemoteAddr, r.TLS != nil})
+		mu.Unlock()
+	}))
+	srv := httptest.NewTLSServer(h)
+	defer srv.Close()
+	transport := srv.Client().Transport.(*http.Transport).Clone()
+	transport.DisableKeepAlives = true
+	client := &http.Client{Transport: transport}
+
+	for i, want := range []int{200, 200, 200, 429, 429} {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/login", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i+1))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("request %d answered %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+
+	mu.Lock()
+	admittedTLS := slices.Clone(seen)
+	mu.Unlock()
+	if len(admittedTLS) != limit {
+		t.Fatalf("%d requests reached the route, want %d", len(admittedTLS), limit)
+	}
+	var peer netip.Addr
+	for i, a := range admittedTLS {
+		ap, err := netip.ParseAddrPort(a.remote)
+		if err != nil || !a.tls || !ap.Addr().IsLoopback() || i > 0 && ap.Addr() != peer {
+			t.Fatalf("admitted requests %v, want TLS from one loopback address", admittedTLS)
+		}
+		peer = ap.Addr()
+	}
+	// The quota spent is the peer's: another request from the peer's
+	// address is refused, and one from elsewhere admitted.
+	if code := serve(h, http.MethodPost, "/login", netip.AddrPortFrom(peer, 1).String()).Code; code != http.StatusTooManyRequests {
+		t.Fatalf("the peer's address answered %d, want 429", code)
+	}
+	if code := serve(h, http.MethodPost, "/login", "198.51.100.1:1").Code; code != http.StatusOK {
+		t.Fatalf("an address named in X-Forwarded-For answered %d, want 200", code)
+	}
+}
+
 // A Policy decides each request's quota; differently named quotas count
 // apart, and a failing or invalid policy never runs the route.
 func TestPolicy(t *testing.T) {
@@ -610,6 +680,81 @@ func TestMissingPeerSharesOneQuota(t *testing.T) {
 	if code := serve(h, http.MethodPost, "/login", "not an address").Code; code != http.StatusTooManyRequests {
 		t.Fatalf("second request without a peer answered %d, want 429", code)
 	}
+}
+
+// The warning about requests without a usable peer goes to the stage's
+// Logger, once however many such requests come, and names the shared
+// bucket, never the raw address; a ClientIP.Logger of its own takes it
+// instead.
+func TestMissingPeerWarnsThroughTheLogger(t *testing.T) {
+	remotes := []string{"", "192.0.2.1:1", "not an address", "", "0.0.0.0:1", "[::]:1", "secret-peer-value"}
+	send := func(t *testing.T, cfg httplimit.Config) {
+		h, _ := stage(t, cfg)
+		for _, remote := range remotes {
+			serve(h, http.MethodPost, "/login", remote)
+		}
+	}
+
+	t.Run("Logger", func(t *testing.T) {
+		mem, _ := newMem(t, 100)
+		cfg := config(mem, 100, "/login")
+		logs := &logRecorder{}
+		cfg.Logger = slog.New(logs)
+		send(t, cfg)
+		recs := logs.all()
+		if len(recs) != 1 {
+			t.Fatalf("%d records, want the one warning: %v", len(recs), recs)
+		}
+		rec := recs[0]
+		if rec.Level != slog.LevelWarn || !strings.HasPrefix(rec.Message, "clientip: ") {
+			t.Fatalf("logged %v %q, want the clientip warning", rec.Level, rec.Message)
+		}
+		attrs := map[string]string{}
+		rec.Attrs(func(a slog.Attr) bool {
+			attrs[a.Key] = a.Value.String()
+			return true
+		})
+		if len(attrs) != 1 || attrs["bucket"] != clientip.Unknown {
+			t.Fatalf("attributes %v, want bucket=%s alone", attrs, clientip.Unknown)
+		}
+		if strings.Contains(rec.Message, "secret-peer-value") {
+			t.Fatalf("the warning logs a raw address: %q", rec.Message)
+		}
+	})
+
+	t.Run("ClientIP.Logger", func(t *testing.T) {
+		mem, _ := newMem(t, 100)
+		cfg := config(mem, 100, "/login")
+		stageLogs, ipLogs := &logRecorder{}, &logRecorder{}
+		cfg.Logger = slog.New(stageLogs)
+		cfg.ClientIP.Logger = slog.New(ipLogs)
+		send(t, cfg)
+		if n, m := len(ipLogs.all()), len(stageLogs.all()); n != 1 || m != 0 {
+			t.Fatalf("%d records through ClientIP.Logger and %d through Logger, want 1 and 0", n, m)
+		}
+	})
+}
+
+// logRecorder is a slog.Handler keeping every record.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r)
+	return nil
+}
+
+func (h *logRecorder) all() []slog.Record {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.records)
 }
 
 // validatingStore fails every batch that Batch.Validate rejects, as
