@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -253,4 +254,97 @@ func TestACLDocumented(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestACLRefusalNamed runs the store as users lacking one thing the
+// batch code needs — the clock (TIME), reading (GET), the prefix's keys —
+// and shows that every batch then fails with ErrUnavailable saying that
+// the ACL refused it, with no result, and that the store still calls its
+// function library afterwards: a refusal inside the library, or of a key,
+// is no sign that functions are missing, and must not send the store to
+// scripts for good (hiding the cause behind a fallback). A joint step
+// meets the same refusal the same way. A user refused FCALL itself, by
+// contrast, runs every batch as a script, and answers.
+func TestACLRefusalNamed(t *testing.T) {
+	base, _ := documentedACL(t)
+	without := func(rule string) []any {
+		var line []any
+		for _, a := range base {
+			if a != rule {
+				line = append(line, a)
+			}
+		}
+		if len(line) == len(base) {
+			t.Fatalf("the documented line has no %s", rule)
+		}
+		return line
+	}
+	for _, tc := range []struct {
+		name    string
+		line    []any
+		refused bool // batches fail: the refusal is no sign of missing functions
+	}{
+		{"no TIME", without("+time"), true},
+		{"no GET", without("+get"), true},
+		{"other keys", append(without("~sluice:*"), "~other:*"), true},
+		{"no FCALL", without("+fcall"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			if err := admin.Do(t.Context(), tc.line...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			cfg := freshConfig(nil)
+			cfg.Prefix = "sluice"
+			hook := &batchCalls{}
+			client := redis.NewClient(aclOptions(srv.Options()))
+			client.AddHook(hook)
+			s, err := redisstore.New(client, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			eng := engine.New(s)
+			win := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: 5, WindowMs: 60_000}
+			for i := range 2 {
+				var out engine.StepResult
+				err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win), engine.Get("k"))
+				calls := hook.take()
+				if len(calls) == 0 {
+					t.Fatalf("batch %d: no call of the batch code sent (%v)", i, err)
+				}
+				last := calls[len(calls)-1].name
+				if !tc.refused {
+					if err != nil || !out.Results[0].Allowed {
+						t.Fatalf("batch %d without FCALL: %v %+v, want it run as a script", i, err, out.Results)
+					}
+					if i > 0 && (len(calls) != 1 || last != "evalsha") {
+						t.Fatalf("batch %d without FCALL: sent %+v, want one EVALSHA", i, calls)
+					}
+					continue
+				}
+				if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "the ACL refuses") || len(out.Results) != 0 {
+					t.Fatalf("batch %d: %v with %d results, want ErrUnavailable naming the ACL and none", i, err, len(out.Results))
+				}
+				for _, c := range calls {
+					if c.name != "fcall" {
+						t.Fatalf("batch %d: sent %+v after an ACL refusal, want the function library alone", i, calls)
+					}
+				}
+			}
+			if !tc.refused {
+				return
+			}
+			bs := []*engine.Batch{
+				{Partition: "src", Commands: []engine.Command{engine.Reserve("", 1, engine.Budget{Key: "b", Limit: 1, WindowMs: 60_000})}},
+				{Partition: "who", Commands: []engine.Command{engine.Reserve("", 1, engine.Budget{Key: "b", Limit: 1, WindowMs: 60_000})}},
+			}
+			outs := make([]engine.StepResult, 2)
+			err = s.ApplyJoint(t.Context(), bs, outs)
+			if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "the ACL refuses") || len(outs[0].Results)+len(outs[1].Results) != 0 {
+				t.Fatalf("joint step: %v, %+v; want ErrUnavailable naming the ACL and no results", err, outs)
+			}
+		})
+	}
 }
