@@ -397,11 +397,8 @@ func (s *Store) functionsMissing(ctx context.Context, err error, loads uint64) b
 		}
 		if lerr := s.loadLibrary(ctx); lerr == nil {
 			s.loads.Add(1)
-		} else {
-			var rerr redis.Error
-			if errors.As(lerr, &rerr) {
-				s.scripts.Store(true) // refused (an ACL, a defect): scripts it is
-			}
+		} else if loadRefused(lerr) {
+			s.scripts.Store(true) // refused (an ACL, a defect): scripts it is
 		}
 		return true
 	case redis.HasErrorPrefix(err, "unknown command"), fcallRefused(err):
@@ -416,6 +413,20 @@ func (s *Store) functionsMissing(ctx context.Context, err error, loads uint64) b
 // the call nor a command the library runs.
 func fcallRefused(err error) bool {
 	return redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall' command")
+}
+
+// loadRefused reports whether err, the error of FUNCTION LOAD, refuses the
+// library for good — the ACL, a server without FUNCTION, a library it
+// rejects — rather than for the moment (OOM, BUSY, LOADING, READONLY, a
+// cluster changing) or for want of a connection: then the batch runs as a
+// script, and the next one tries the load again.
+func loadRefused(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR")
 }
 
 // aclRefused reports whether err is Redis's ACL refusing the store's user
