@@ -114,7 +114,7 @@ type Store struct {
 //
 // Unless Config.AllowEviction is set, New reads maxmemory-policy from the
 // server (from every master of a cluster) and refuses anything but
-// noeviction.
+// noeviction, with an *EvictionError.
 func New(client Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil client", engine.ErrInvalid)
@@ -174,7 +174,7 @@ func checkEviction(ctx context.Context, client Client) error {
 			return fmt.Errorf("%w: redisstore: reading maxmemory-policy (set AllowEviction if the server forbids CONFIG and never evicts): %w", engine.ErrUnavailable, err)
 		}
 		if policy := conf["maxmemory-policy"]; policy != "noeviction" {
-			return fmt.Errorf("%w: redisstore: maxmemory-policy is %q; it must be noeviction, or an evicted window or replay record would admit more than its limit (set AllowEviction to accept that)", engine.ErrInvalid, policy)
+			return &EvictionError{Policy: policy}
 		}
 		return nil
 	}
@@ -188,6 +188,20 @@ func checkEviction(ctx context.Context, client Client) error {
 	}
 	return err
 }
+
+// EvictionError is New's error when a server's maxmemory-policy may evict
+// keys and Config.AllowEviction is not set. It wraps engine.ErrInvalid.
+type EvictionError struct {
+	// Policy is the maxmemory-policy the server reported.
+	Policy string
+}
+
+func (e *EvictionError) Error() string {
+	return fmt.Sprintf("%v: redisstore: maxmemory-policy is %q; it must be noeviction, or an evicted window or replay record would admit more than its limit (set AllowEviction to accept that)", engine.ErrInvalid, e.Policy)
+}
+
+// Unwrap returns engine.ErrInvalid.
+func (e *EvictionError) Unwrap() error { return engine.ErrInvalid }
 
 // Close closes the store and its client. Later calls fail with
 // engine.ErrClosed. Close is idempotent.

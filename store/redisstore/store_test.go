@@ -57,8 +57,10 @@ func TestConfigValidate(t *testing.T) {
 // allow it.
 func TestNewRefusesEviction(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
-	if _, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "allkeys-lru") {
-		t.Fatalf("New on allkeys-lru: %v, want ErrInvalid naming the policy", err)
+	_, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	var evicts *redisstore.EvictionError
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "allkeys-lru") || !errors.As(err, &evicts) || evicts.Policy != "allkeys-lru" {
+		t.Fatalf("New on allkeys-lru: %v, want ErrInvalid and an EvictionError naming the policy", err)
 	}
 	cfg := freshConfig(nil)
 	cfg.AllowEviction = true
@@ -73,8 +75,9 @@ func TestNewRefusesEviction(t *testing.T) {
 	if err := last.ConfigSet(t.Context(), "maxmemory-policy", "volatile-ttl").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redisstore.New(redis.NewClusterClient(cl.Options()), freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "volatile-ttl") {
-		t.Fatalf("New on a cluster with one evicting master: %v, want ErrInvalid", err)
+	_, err = redisstore.New(redis.NewClusterClient(cl.Options()), freshConfig(nil))
+	if !errors.Is(err, engine.ErrInvalid) || !errors.As(err, &evicts) || evicts.Policy != "volatile-ttl" {
+		t.Fatalf("New on a cluster with one evicting master: %v, want ErrInvalid and an EvictionError naming volatile-ttl", err)
 	}
 }
 
