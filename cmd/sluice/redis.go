@@ -125,6 +125,11 @@ func (r redisFlags) open(storeURL string, log *slog.Logger) (*redisstore.Store, 
 	}
 	if err != nil {
 		_ = client.Close()
+		var evicts *redisstore.EvictionError
+		if errors.As(err, &evicts) {
+			return nil, fmt.Errorf("opening the Redis store %s: its maxmemory-policy is %q, which may evict keys, and an evicted window admits beyond its limit: "+
+				"set maxmemory-policy noeviction, or start with --redis-allow-eviction ($SLUICE_REDIS_ALLOW_EVICTION) to accept that", redisstore.RedactURL(storeURL), evicts.Policy)
+		}
 		return nil, fmt.Errorf("opening the Redis store %s: %w", redisstore.RedactURL(storeURL), err)
 	}
 	if cfg.AllowEviction {

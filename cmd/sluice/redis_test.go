@@ -111,10 +111,11 @@ func TestRedisStoreOpens(t *testing.T) {
 	}
 }
 
-// serveUntilListening runs sluice serve with env until it logs that it is
-// listening, then stops it as SIGINT would, and returns serve's error: nil
-// when it started and stopped cleanly, the reason when it did not start.
-func serveUntilListening(t *testing.T, env map[string]string) error {
+// serveUntilListening runs sluice serve with env and the flags args until
+// it logs that it is listening, then stops it as SIGINT would, and returns
+// serve's error: nil when it started and stopped cleanly, the reason when
+// it did not start.
+func serveUntilListening(t *testing.T, env map[string]string, args ...string) error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -122,7 +123,7 @@ func serveUntilListening(t *testing.T, env map[string]string) error {
 	pr, pw := io.Pipe()
 	root.SetOut(io.Discard)
 	root.SetErr(pw)
-	root.SetArgs([]string{"serve"})
+	root.SetArgs(append([]string{"serve"}, args...))
 	done := make(chan error, 1)
 	go func() {
 		err := root.ExecuteContext(ctx)
@@ -187,5 +188,35 @@ func TestServeRedisTLSFromEnv(t *testing.T) {
 	err = serveUntilListening(t, env(map[string]string{"SLUICE_REDIS_TLS_CA": key}))
 	if err == nil || !strings.Contains(err.Error(), "holds no PEM certificate") {
 		t.Errorf("serve with a key as the CA file: %v, want the file refused", err)
+	}
+}
+
+// sluice serve refuses to start on a Redis whose maxmemory-policy may evict
+// keys, saying which policy it found and how to start anyway; with
+// --redis-allow-eviction, or its variable, it starts, and stops cleanly.
+func TestServeRefusesEvictingRedis(t *testing.T) {
+	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
+	dir := t.TempDir()
+	env := map[string]string{
+		"SLUICE_STORE":         "redis://" + srv.Addr,
+		"SLUICE_ADDR":          "127.0.0.1:0",
+		"SLUICE_DATA_DIR":      filepath.Join(dir, "data"),
+		"SLUICE_REDIS_TIMEOUT": "10s",
+	}
+	err := serveUntilListening(t, env)
+	if err == nil {
+		t.Fatal("serve started on a Redis with maxmemory-policy allkeys-lru")
+	}
+	for _, want := range []string{"allkeys-lru", "--redis-allow-eviction"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("serve on allkeys-lru: %v, want the refusal to name %s", err, want)
+		}
+	}
+	if err := serveUntilListening(t, env, "--redis-allow-eviction"); err != nil {
+		t.Errorf("serve --redis-allow-eviction: %v", err)
+	}
+	env["SLUICE_REDIS_ALLOW_EVICTION"] = "true"
+	if err := serveUntilListening(t, env); err != nil {
+		t.Errorf("serve with SLUICE_REDIS_ALLOW_EVICTION=true: %v", err)
 	}
 }

@@ -175,8 +175,9 @@
 // store — engine.ErrWrongType, engine.ErrOverflow,
 // engine.ErrOperationConflict — with nothing written. Every other failure —
 // a timeout, a refused connection, an unresponsive server, redirections
-// exhausted, CROSSSLOT, an OOM or BUSY reply, a reply that does not decode —
-// is engine.ErrUnavailable (as is a batch its replicas did not acknowledge
+// exhausted, CROSSSLOT, an OOM or BUSY reply, an ACL refusal (which the
+// error names as such), a reply that does not decode — is
+// engine.ErrUnavailable (as is a batch its replicas did not acknowledge
 // under Config.WaitReplicas): the batch's outcome is unknown, and nothing in
 // the StepResult may be read as admitted (Apply leaves it empty). Retry with
 // the same operation id.

@@ -140,10 +140,10 @@ func recoverable(err error, scripts bool) bool {
 	if scripts {
 		return redis.HasErrorPrefix(err, "NOSCRIPT")
 	}
-	for _, prefix := range []string{"Function not found", "unknown command", "NOPERM", "OOM"} {
+	for _, prefix := range []string{"Function not found", "unknown command", "OOM"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
 	}
-	return false
+	return fcallRefused(err)
 }

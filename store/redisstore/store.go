@@ -114,7 +114,7 @@ type Store struct {
 //
 // Unless Config.AllowEviction is set, New reads maxmemory-policy from the
 // server (from every master of a cluster) and refuses anything but
-// noeviction.
+// noeviction, with an *EvictionError.
 func New(client Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: redisstore: nil client", engine.ErrInvalid)
@@ -174,7 +174,7 @@ func checkEviction(ctx context.Context, client Client) error {
 			return fmt.Errorf("%w: redisstore: reading maxmemory-policy (set AllowEviction if the server forbids CONFIG and never evicts): %w", engine.ErrUnavailable, err)
 		}
 		if policy := conf["maxmemory-policy"]; policy != "noeviction" {
-			return fmt.Errorf("%w: redisstore: maxmemory-policy is %q; it must be noeviction, or an evicted window or replay record would admit more than its limit (set AllowEviction to accept that)", engine.ErrInvalid, policy)
+			return &EvictionError{Policy: policy}
 		}
 		return nil
 	}
@@ -188,6 +188,20 @@ func checkEviction(ctx context.Context, client Client) error {
 	}
 	return err
 }
+
+// EvictionError is New's error when a server's maxmemory-policy may evict
+// keys and Config.AllowEviction is not set. It wraps engine.ErrInvalid.
+type EvictionError struct {
+	// Policy is the maxmemory-policy the server reported.
+	Policy string
+}
+
+func (e *EvictionError) Error() string {
+	return fmt.Sprintf("%v: redisstore: maxmemory-policy is %q; it must be noeviction, or an evicted window or replay record would admit more than its limit (set AllowEviction to accept that)", engine.ErrInvalid, e.Policy)
+}
+
+// Unwrap returns engine.ErrInvalid.
+func (e *EvictionError) Unwrap() error { return engine.ErrInvalid }
 
 // Close closes the store and its client. Later calls fail with
 // engine.ErrClosed. Close is idempotent.
@@ -385,7 +399,8 @@ func (s *Store) evalWait(ctx context.Context, c *call) (any, error) {
 // the library must be loaded or that functions cannot be used; in the first
 // case it loads the library (unless another caller has since the FCALL,
 // when loads was read), in the second it turns to scripts for good. Any
-// other error is the batch's.
+// other error is the batch's: an ACL refusing a key, or a command the
+// library calls, refuses a script all the same, and says so.
 func (s *Store) functionsMissing(ctx context.Context, err error, loads uint64) bool {
 	switch {
 	case redis.HasErrorPrefix(err, "Function not found"):
@@ -396,18 +411,50 @@ func (s *Store) functionsMissing(ctx context.Context, err error, loads uint64) b
 		}
 		if lerr := s.loadLibrary(ctx); lerr == nil {
 			s.loads.Add(1)
-		} else {
-			var rerr redis.Error
-			if errors.As(lerr, &rerr) {
-				s.scripts.Store(true) // refused (an ACL, a defect): scripts it is
-			}
+		} else if loadRefused(lerr) {
+			s.scripts.Store(true) // refused (an ACL, a defect): scripts it is
 		}
 		return true
-	case redis.HasErrorPrefix(err, "unknown command"), redis.HasErrorPrefix(err, "NOPERM"):
+	case redis.HasErrorPrefix(err, "unknown command"), fcallRefused(err):
 		s.scripts.Store(true)
 		return true
 	}
 	return false
+}
+
+// fcallRefused reports whether err is the ACL refusing FCALL itself
+// ("NOPERM ... no permissions to run the 'fcall' command"), not a key of
+// the call nor a command the library runs.
+func fcallRefused(err error) bool {
+	return redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall' command")
+}
+
+// loadRefused reports whether err, the error of FUNCTION LOAD, refuses the
+// library for good — the ACL, a server without FUNCTION, a library it
+// rejects — rather than for the moment (OOM, BUSY, LOADING, READONLY, a
+// cluster changing) or for want of a connection: then the batch runs as a
+// script, and the next one tries the load again.
+func loadRefused(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR")
+}
+
+// aclRefused reports whether err is Redis's ACL refusing the store's user
+// a command or a key: NOPERM for a command sent, and for one the batch
+// code calls, "ERR The user executing the script can't ..." (Redis 7.0) or
+// "ERR ACL failure in script: ..." (7.2 and later).
+func aclRefused(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	msg := rerr.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "The user executing the script can't") ||
+		strings.Contains(msg, "ACL failure in script")
 }
 
 // loadLibrary loads the function library on the server, on every master of
@@ -424,10 +471,16 @@ func (s *Store) loadLibrary(ctx context.Context) error {
 
 // unavailable wraps a Redis or network error. Whatever it was — a timeout,
 // a refused connection, an OOM or BUSY reply, redirections exhausted — the
-// batch's outcome is unknown and nothing was admitted.
+// batch's outcome is unknown and nothing was admitted. An ACL refusal says
+// so, since Redis's own words may not name the cause (Redis 7.0 names no
+// command refused inside the batch code).
 func unavailable(err error) error {
 	if errors.Is(err, engine.ErrUnavailable) {
 		return err
+	}
+	if aclRefused(err) {
+		return fmt.Errorf("%w: redis: the ACL refuses the store's user a command or key it needs "+
+			"(ACL LOG names which; docs/operations.md, \"Functions and ACLs\", lists them): %w", engine.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%w: redis: %w", engine.ErrUnavailable, err)
 }

@@ -57,8 +57,10 @@ func TestConfigValidate(t *testing.T) {
 // allow it.
 func TestNewRefusesEviction(t *testing.T) {
 	srv := redistest.Start(t, "--maxmemory-policy", "allkeys-lru")
-	if _, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "allkeys-lru") {
-		t.Fatalf("New on allkeys-lru: %v, want ErrInvalid naming the policy", err)
+	_, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	var evicts *redisstore.EvictionError
+	if !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "allkeys-lru") || !errors.As(err, &evicts) || evicts.Policy != "allkeys-lru" {
+		t.Fatalf("New on allkeys-lru: %v, want ErrInvalid and an EvictionError naming the policy", err)
 	}
 	cfg := freshConfig(nil)
 	cfg.AllowEviction = true
@@ -73,8 +75,9 @@ func TestNewRefusesEviction(t *testing.T) {
 	if err := last.ConfigSet(t.Context(), "maxmemory-policy", "volatile-ttl").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := redisstore.New(redis.NewClusterClient(cl.Options()), freshConfig(nil)); !errors.Is(err, engine.ErrInvalid) || !strings.Contains(err.Error(), "volatile-ttl") {
-		t.Fatalf("New on a cluster with one evicting master: %v, want ErrInvalid", err)
+	_, err = redisstore.New(redis.NewClusterClient(cl.Options()), freshConfig(nil))
+	if !errors.Is(err, engine.ErrInvalid) || !errors.As(err, &evicts) || evicts.Policy != "volatile-ttl" {
+		t.Fatalf("New on a cluster with one evicting master: %v, want ErrInvalid and an EvictionError naming volatile-ttl", err)
 	}
 }
 
@@ -238,6 +241,44 @@ func TestOutOfMemory(t *testing.T) {
 		}
 		if got := out.Results[0].Allowed; got != want {
 			t.Fatalf("hit %d after the refusal: allowed %t, want %t", i, got, want)
+		}
+	}
+}
+
+// TestLibraryLoadOverMaxmemory starts a store on a fresh server already
+// over its maxmemory, where FUNCTION LOAD is refused (OOM): a read-only
+// batch still answers, run as a script, and once memory is back the next
+// batch loads the library and calls it. A refusal for the moment must not
+// send the store to scripts for good.
+func TestLibraryLoadOverMaxmemory(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := srv.Client(t)
+	if err := raw.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	var out engine.StepResult
+	if err := eng.Apply(t.Context(), "p", &out, engine.Get("missing")); err != nil {
+		t.Fatalf("read-only batch over maxmemory on a fresh server: %v", err)
+	}
+	if err := raw.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, wantLoads := range []int64{1, 0} {
+		if err := raw.ConfigResetStat(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := eng.Apply(t.Context(), "p", &out, engine.Incr("n", 1, 60_000)); err != nil {
+			t.Fatalf("batch %d with memory back: %v", i, err)
+		}
+		loads, scripts := commandCalls(t, raw, "function|load"), commandCalls(t, raw, "evalsha")+commandCalls(t, raw, "eval")
+		if loads != wantLoads || scripts != 0 || commandCalls(t, raw, "fcall") == 0 {
+			t.Fatalf("batch %d with memory back: %d library loads and %d script calls, want %d and none", i, loads, scripts, wantLoads)
 		}
 	}
 }

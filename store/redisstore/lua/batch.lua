@@ -38,11 +38,16 @@ local function decode(key, v)
 end
 
 -- get returns the live record at key as the batch sees it so far, or nil.
+-- A key of another Redis type fails the command; any other refusal of the
+-- GET (the ACL's, say) is Redis's error, which the batch answers as it is.
 local function get(key)
 	local rec = cache[key]
 	if rec == nil then
 		local v = redis.pcall('GET', key)
 		if type(v) == 'table' and v.err then
+			if not string.find(v.err, '^%-?WRONGTYPE') then
+				error({redis = v.err}, 0)
+			end
 			fail(WRONG_TYPE, 'key ' .. name(key) .. ' holds a Redis value that is not a Sluice record')
 		end
 		rec = v and decode(key, v) or false
@@ -262,7 +267,8 @@ end
 
 -- evaluateBatch evaluates the batch of keys and argv (argv[3] on, as
 -- batch() reads them) against the tables, which it adds to, and returns
--- the reply, or the failure reply {code, command, message}.
+-- the reply, the failure reply {code, command, message}, or an error
+-- reply where Redis refused a read.
 local function evaluateBatch(keys, argv)
 	KEYS_, ARGV_ = keys, argv
 	prefix, hash, replayTTL, grace = argv[3], argv[4], tonumber(argv[5]), tonumber(argv[6])
@@ -272,6 +278,9 @@ local function evaluateBatch(keys, argv)
 	if not ok then
 		if type(reply) == 'table' and reply.sluice then
 			return {reply.sluice, current, reply.msg}
+		end
+		if type(reply) == 'table' and reply.redis then
+			return redis.error_reply(reply.redis)
 		end
 		return redis.error_reply('ERR sluice batch script: ' .. tostring(reply))
 	end
