@@ -240,6 +240,38 @@ func (s *Server) Stop() {
 	<-s.done
 }
 
+// Restart starts a stopped server again: the same command line, so the
+// same address and directory, and, since it persists nothing, empty. It
+// waits until the server answers, and fails t if it does not (the address
+// was taken meanwhile, say). Call it from the goroutine that stopped the
+// server, not concurrently with its other methods.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if s.Running() {
+		t.Fatal("redistest: Restart of a running server")
+	}
+	cmd := exec.Command(s.cmd.Path, s.cmd.Args[1:]...)
+	cmd.Dir, cmd.SysProcAttr = s.cmd.Dir, sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redistest: restarting %s: %v", s.Addr, err)
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.cmd, s.done, s.err = cmd, done, nil
+	s.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		close(done)
+	}()
+	if err := s.waitReady(); err != nil {
+		s.Stop()
+		t.Fatalf("redistest: restarting %s: %v", s.Addr, err)
+	}
+}
+
 // Running reports whether the process has not exited.
 func (s *Server) Running() bool {
 	select {

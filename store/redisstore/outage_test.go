@@ -15,15 +15,42 @@ import (
 	"github.com/sluicehq/sluice/store/redisstore"
 )
 
-// TestUnresponsiveRedis stops Redis with SIGSTOP under load from 32
-// goroutines, then continues it. While it is stopped every call must fail
-// with engine.ErrUnavailable, return no result, and end at the store's
-// timeout (300 ms) rather than at the client's read timeout (set to 30 s,
-// so that a deadline not honoured would show); once it continues, service
-// resumes without any action. The slack over the timeout is generous (it
-// absorbs scheduling delays under the race detector), and still two
-// orders of magnitude under the read timeout it tells apart.
-func TestUnresponsiveRedis(t *testing.T) {
+// TestRedisOutage takes Redis away under load from 32 goroutines, then
+// brings it back, two ways: stopped with SIGSTOP and continued (a server
+// that answers nothing, its connections open), and killed and started
+// again on its address (connections refused, then a fresh server without
+// the function library or any key). While Redis is away every call must
+// fail with engine.ErrUnavailable, return no result, and end within the
+// store's timeout (300 ms) rather than at the client's read timeout (set
+// to 30 s, so that a deadline not honoured would show); once it is back,
+// service resumes without any action. The slack over the timeout is
+// generous (it absorbs scheduling delays under the race detector), and
+// still two orders of magnitude under the read timeout it tells apart.
+func TestRedisOutage(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		down, up func(t *testing.T, srv *redistest.Server)
+	}{
+		{"unresponsive",
+			func(t *testing.T, srv *redistest.Server) {
+				if err := srv.Pause(); err != nil {
+					t.Fatal(err)
+				}
+			},
+			func(t *testing.T, srv *redistest.Server) {
+				if err := srv.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{"killed",
+			func(t *testing.T, srv *redistest.Server) { srv.Stop() },
+			func(t *testing.T, srv *redistest.Server) { srv.Restart(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { outage(t, tc.down, tc.up) })
+	}
+}
+
+func outage(t *testing.T, down, up func(*testing.T, *redistest.Server)) {
 	const (
 		workers = 32
 		timeout = 300 * time.Millisecond
@@ -71,7 +98,7 @@ func TestUnresponsiveRedis(t *testing.T) {
 				after := phase.Load()
 				switch {
 				case err == nil && before == 1 && after == 1:
-					violate("a call answered while Redis was stopped")
+					violate("a call answered while Redis was away")
 				case err == nil && out.Results[0].Allowed && after == 2:
 					okAfter.Add(1)
 				case err == nil:
@@ -86,7 +113,7 @@ func TestUnresponsiveRedis(t *testing.T) {
 					slowest = max(slowest, took)
 					mu.Unlock()
 					if took > timeout+slack {
-						violate("a call to the stopped Redis took " + took.String())
+						violate("a call while Redis was away took " + took.String())
 					}
 				}
 			}
@@ -106,22 +133,18 @@ func TestUnresponsiveRedis(t *testing.T) {
 	}
 
 	waitFor("calls to succeed", func() bool { return okBefore.Load() >= 1000 })
-	if err := srv.Pause(); err != nil {
-		t.Fatal(err)
-	}
+	down(t, srv)
 	phase.Store(1)
-	// Let every worker see several timeouts.
+	// Let every worker see several failures.
 	waitFor("calls to fail", func() bool { return failedStopped.Load() >= 4*workers })
 	phase.Store(2)
-	if err := srv.Resume(); err != nil {
-		t.Fatal(err)
-	}
+	up(t, srv)
 	waitFor("service to resume", func() bool { return okAfter.Load() >= 1000 })
 	stop()
 
 	for _, v := range violations {
 		t.Error(v)
 	}
-	t.Logf("%d calls answered before the stop, %d failed while stopped (slowest %v, timeout %v), %d answered after",
+	t.Logf("%d calls answered before the outage, %d failed during it (slowest %v, timeout %v), %d answered after",
 		okBefore.Load(), failedStopped.Load(), slowest, timeout, okAfter.Load())
 }
