@@ -3,14 +3,15 @@ package admission
 import (
 	"context"
 	"fmt"
-	"github.com/sluicehq/sluice/engine"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -283,4 +284,90 @@ func TestRefusedRPCHoldsNoPlace(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestRowsExpire records every key admission writes while fair RPCs spend
+// sources, a principal and the whole family, a principal's refusal is
+// refunded and a source's quota reset, then reads each key's TTL from the
+// store. Every row of an identity's quota or of a day's usage expires
+// within keyTTL, so the store's sweep purges them (in its bounded batches)
+// after the day; only the family's operator stop, its reset epoch and the
+// audit trail live longer, a few rows per family and per operator action.
+func TestRowsExpire(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	type row struct{ partition, key string }
+	var mu sync.Mutex
+	written := map[row]bool{}
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cmds {
+			if c.Op == engine.OpGet || c.Op == engine.OpTTL {
+				continue
+			}
+			for _, k := range append([]string{c.Key, c.Receipt}, budgetKeys(c.Budgets)...) {
+				if k != "" {
+					written[row{partition, k}] = true
+				}
+			}
+		}
+	}, nil)
+
+	a := fx.admitter(fairConfig(switches{}))
+	v4 := map[string]string{wire.TierV4Slash24: "n24"}
+	v6 := map[string]string{wire.TierV6Slash56: "n56", wire.TierV6Slash48: "n48"}
+	spend(t, a, []*wire.Request{fairRPC("s4", "", v4), fairRPC("s6", "", v6)})
+	// A principal spent from several sources; then refused from a fresh
+	// source after that source was charged, which the refund gives back.
+	var many []*wire.Request
+	for i := range 4 {
+		many = append(many, fairRPC(fmt.Sprint("p-src-", i), "alice", v4))
+	}
+	spend(t, a, many)
+	if _, err := a.ResetFairness(ctx, "ops@example", ResetRequest{Family: DefaultFamily, Source: "s4", SourceTiers: v4, Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	// The whole family, from many sources, until it is stopped.
+	var sources []*wire.Request
+	for i := range 40 {
+		sources = append(sources, fairRPC(fmt.Sprint("f-src-", i), fmt.Sprint("f-p-", i), map[string]string{wire.TierV4Slash24: fmt.Sprint("f-n-", i)}))
+	}
+	spendAny(t, a, sources)
+	if st, err := a.State(ctx); err != nil || !st[0].Stopped {
+		t.Fatalf("state %+v, %v: want the family stopped for its budget", st, err)
+	}
+
+	longLived := map[string]bool{operatorStopKey: true, resetEpochKey: true, auditSeqKey: true}
+	raw := engine.New(fx.store)
+	var quota, long int
+	for r := range written {
+		var out engine.StepResult
+		if err := raw.ApplyReservedPartition(ctx, r.partition, &out, engine.TTL(r.key)); err != nil {
+			t.Fatalf("TTL of %q in %q: %v", r.key, r.partition, err)
+		}
+		res := out.Results[0]
+		switch {
+		case !res.Found:
+			// Deleted (an operator resume clears a stop), or never kept.
+		case r.partition == engine.ReservedPartition(auditPartition) || longLived[r.key]:
+			long++
+		case res.TTLMs <= 0 || res.TTLMs > keyTTL:
+			t.Errorf("row %q of %q expires in %d ms, want within %d", r.key, r.partition, res.TTLMs, keyTTL)
+		default:
+			quota++
+		}
+	}
+	if quota < 100 || long > 4 {
+		t.Errorf("%d rows expiring within a day or two and %d living longer: want the quotas' many and the family's few", quota, long)
+	}
+	t.Logf("%d keys written: %d expire within %v, %d live longer", len(written), quota, time.Duration(keyTTL)*time.Millisecond, long)
+}
+
+func budgetKeys(bs []engine.Budget) []string {
+	keys := make([]string, len(bs))
+	for i, b := range bs {
+		keys[i] = b.Key
+	}
+	return keys
 }
