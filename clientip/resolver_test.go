@@ -2,7 +2,6 @@ package clientip_test
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/logtest"
 )
 
 // proxies are the trusted networks of most cases below: the documentation
@@ -470,28 +470,6 @@ func TestHeaderName(t *testing.T) {
 	}
 }
 
-// recorder is a slog.Handler keeping every record.
-type recorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *recorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recorder) WithGroup(string) slog.Handler            { return h }
-func (h *recorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r)
-	return nil
-}
-
-func (h *recorder) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.records)
-}
-
 // A missing peer is warned about once per Resolver, however many requests
 // and goroutines meet it, and never by requests that have a peer.
 func TestMissingPeerWarnsOnce(t *testing.T) {
@@ -508,7 +486,7 @@ func TestMissingPeerWarnsOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := &recorder{}
+			h := &logtest.Recorder{}
 			cfg := clientip.DefaultConfig()
 			cfg.Logger = slog.New(h)
 			r, err := clientip.New(cfg)
@@ -522,10 +500,10 @@ func TestMissingPeerWarnsOnce(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			if got := h.len(); got != tt.want {
+			if got := h.Len(); got != tt.want {
 				t.Fatalf("%d warnings, want %d", got, tt.want)
 			}
-			for _, rec := range h.records {
+			for _, rec := range h.Records() {
 				if rec.Level != slog.LevelWarn {
 					t.Errorf("level %v, want %v", rec.Level, slog.LevelWarn)
 				}
@@ -568,7 +546,7 @@ func TestMissingPeerNilLogger(t *testing.T) {
 // An unspecified client forwarded by a trusted proxy is unknown too, and
 // warned about once, like a missing peer.
 func TestUnspecifiedForwardedClientWarnsOnce(t *testing.T) {
-	h := &recorder{}
+	h := &logtest.Recorder{}
 	cfg := clientip.DefaultConfig()
 	cfg.Logger = slog.New(h)
 	trust, err := clientip.TrustCIDRs(proxies...)
@@ -588,7 +566,7 @@ func TestUnspecifiedForwardedClientWarnsOnce(t *testing.T) {
 			t.Fatalf("Key = %q, want 203.0.113.7", got)
 		}
 	}
-	if got := h.len(); got != 1 {
+	if got := h.Len(); got != 1 {
 		t.Fatalf("%d warnings, want 1", got)
 	}
 }

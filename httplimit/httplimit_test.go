@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/logtest"
 )
 
 // A host rotating its interface id inside one /64 draws one quota and
@@ -698,10 +699,10 @@ func TestMissingPeerWarnsThroughTheLogger(t *testing.T) {
 	t.Run("Logger", func(t *testing.T) {
 		mem, _ := newMem(t, 100)
 		cfg := config(mem, 100, "/login")
-		logs := &logRecorder{}
+		logs := &logtest.Recorder{}
 		cfg.Logger = slog.New(logs)
 		send(t, cfg)
-		recs := logs.all()
+		recs := logs.Records()
 		if len(recs) != 1 {
 			t.Fatalf("%d records, want the one warning: %v", len(recs), recs)
 		}
@@ -725,36 +726,14 @@ func TestMissingPeerWarnsThroughTheLogger(t *testing.T) {
 	t.Run("ClientIP.Logger", func(t *testing.T) {
 		mem, _ := newMem(t, 100)
 		cfg := config(mem, 100, "/login")
-		stageLogs, ipLogs := &logRecorder{}, &logRecorder{}
+		stageLogs, ipLogs := &logtest.Recorder{}, &logtest.Recorder{}
 		cfg.Logger = slog.New(stageLogs)
 		cfg.ClientIP.Logger = slog.New(ipLogs)
 		send(t, cfg)
-		if n, m := len(ipLogs.all()), len(stageLogs.all()); n != 1 || m != 0 {
+		if n, m := len(ipLogs.Records()), len(stageLogs.Records()); n != 1 || m != 0 {
 			t.Fatalf("%d records through ClientIP.Logger and %d through Logger, want 1 and 0", n, m)
 		}
 	})
-}
-
-// logRecorder is a slog.Handler keeping every record.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r)
-	return nil
-}
-
-func (h *logRecorder) all() []slog.Record {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.records)
 }
 
 // validatingStore fails every batch that Batch.Validate rejects, as
