@@ -371,3 +371,30 @@ func budgetKeys(bs []engine.Budget) []string {
 	}
 	return keys
 }
+
+// TestShareBelowOneCommandAdmitsNothing: a fair family of 19 commands a day
+// gives each source and principal floor(19 / 20) = 0 commands, so no fair
+// RPC is admitted: each is refused guard_limited without a store call on
+// the quotas' partitions and spends nothing of the family.
+func TestShareBelowOneCommandAdmitsNothing(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := fairConfig(switches{})
+	cfg.Total = 19
+	a := fx.admitter(cfg)
+	for _, r := range []*wire.Request{
+		fairRPC("s", "", map[string]string{wire.TierV4Slash24: "n"}),
+		fairRPC("", "alice", nil),
+		fairRPC("s6", "bob", map[string]string{wire.TierV6Slash56: "n56", wire.TierV6Slash48: "n48"}),
+	} {
+		if err := a.Admit(ctx, r); code(err) != wire.CodeLimited {
+			t.Errorf("a fair RPC with shares of 0: %v, want guard_limited", err)
+		}
+	}
+	if n := fx.probe.count("adm/q/") + fx.probe.count("adm/p/"); n != 0 {
+		t.Errorf("%d batches reached the quotas' partitions, want none", n)
+	}
+	if st, err := a.State(ctx); err != nil || st[0].Used-st[0].LeasedLeft != 0 {
+		t.Errorf("state %+v, %v: want nothing spent", st, err)
+	}
+}
