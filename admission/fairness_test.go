@@ -398,3 +398,41 @@ func TestShareBelowOneCommandAdmitsNothing(t *testing.T) {
 		t.Errorf("state %+v, %v: want nothing spent", st, err)
 	}
 }
+
+// TestResumeKeepsFairnessQuotas spends one source's share and then the
+// whole family, which stops, and resumes it: the family gets a fresh
+// allowance for the rest of the day, but the source that spent its share
+// stays refused (a resume is not a fairness reset), while a fresh source is
+// admitted.
+func TestResumeKeepsFairnessQuotas(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	a := fx.admitter(fairConfig(switches{}))
+	spent := fairRPC("spent", "", map[string]string{wire.TierV4Slash24: "n-spent"})
+	if got := spend(t, a, []*wire.Request{spent}); got != 100 {
+		t.Fatalf("the source spent %d, want its share of 100", got)
+	}
+	var many []*wire.Request
+	for i := range 40 {
+		many = append(many, fairRPC(fmt.Sprint("s", i), fmt.Sprint("p", i), map[string]string{wire.TierV4Slash24: fmt.Sprint("n", i)}))
+	}
+	spendAny(t, a, many)
+	if err := a.Admit(ctx, fairRPC("late", "", map[string]string{wire.TierV4Slash24: "n-late"})); code(err) != wire.CodeStopped {
+		t.Fatalf("after the budget was spent: %v, want guard_stopped", err)
+	}
+	if err := a.ResumeFamily(ctx, DefaultFamily); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := a.State(ctx); err != nil || st[0].Stopped || st[0].Used-st[0].LeasedLeft != 0 {
+		t.Fatalf("state after the resume %+v, %v: want the family running with nothing spent", st, err)
+	}
+	// A server started after the resume, which remembers no denial, reads
+	// the quotas from the store.
+	b := fx.admitter(fairConfig(switches{}))
+	if err := b.Admit(ctx, spent); code(err) != wire.CodeLimited {
+		t.Errorf("the spent source after a resume: %v, want guard_limited", err)
+	}
+	if err := b.Admit(ctx, fairRPC("late", "", map[string]string{wire.TierV4Slash24: "n-late"})); err != nil {
+		t.Errorf("a fresh source after a resume: %v, want admitted", err)
+	}
+}
