@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -105,6 +106,76 @@ func TestWriteTimeoutCutsASlowAnswer(t *testing.T) {
 		if resp, err := get("/slow"); err == nil {
 			t.Errorf("an answer after the write timeout reached the client: %d", resp.StatusCode)
 		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != http.ErrServerClosed {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+}
+
+// TestSlowHeadersAndIdleConnectionsAreCut checks, on in-memory connections
+// in a synctest bubble, the two timeouts that free a connection a client
+// holds without using it: a client that sends half its request headers and
+// then nothing is disconnected at ReadHeaderTimeout, and a keep-alive
+// connection left idle after a request is closed at IdleTimeout. ReadTimeout,
+// on which Go's server falls back where either is unset, is an hour, so the
+// test tells them apart. The handler never runs for the first.
+func TestSlowHeadersAndIdleConnectionsAreCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) })
+		cfg := server.DefaultHTTPConfig()
+		cfg.ReadHeaderTimeout, cfg.IdleTimeout, cfg.ReadTimeout = time.Second, 2*time.Second, time.Hour
+		hs, err := server.NewHTTPServer(h, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := newPipeListener()
+		served := make(chan error, 1)
+		go func() { served <- hs.Serve(ln) }()
+		// closedAfter reads conn until the server closes it and returns how
+		// long that took on the bubble's clock.
+		closedAfter := func(conn net.Conn, from time.Time) time.Duration {
+			t.Helper()
+			if _, err := io.Copy(io.Discard, conn); err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("reading until the server closes: %v", err)
+			}
+			return time.Since(from)
+		}
+
+		slow := ln.dial()
+		start := time.Now()
+		io.WriteString(slow, "GET / HTTP/1.1\r\nHost: sluice\r\nX-Half: ")
+		if took := closedAfter(slow, start); took != cfg.ReadHeaderTimeout {
+			t.Errorf("half the headers: closed after %v, want ReadHeaderTimeout (%v)", took, cfg.ReadHeaderTimeout)
+		}
+		slow.Close()
+		if calls.Load() != 0 {
+			t.Error("the handler ran for a request whose headers never ended")
+		}
+
+		idle := ln.dial()
+		io.WriteString(idle, "GET / HTTP/1.1\r\nHost: sluice\r\n\r\n")
+		br := bufio.NewReader(idle)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		answered := time.Now()
+		if resp.StatusCode != http.StatusOK || resp.Close {
+			t.Fatalf("answer %d, close %v: want 200 on a kept-alive connection", resp.StatusCode, resp.Close)
+		}
+		if took := closedAfter(idle, answered); took != cfg.IdleTimeout {
+			t.Errorf("an idle keep-alive connection: closed after %v, want IdleTimeout (%v)", took, cfg.IdleTimeout)
+		}
+		idle.Close()
 
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
