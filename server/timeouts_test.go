@@ -52,6 +52,31 @@ func (l *pipeListener) dial() net.Conn {
 	return client
 }
 
+// servePipes serves h with a server of NewHTTPServer(cfg) on in-memory
+// connections, dialled with the listener it returns, and shuts it down
+// when the test ends. Call it in a synctest bubble.
+func servePipes(t *testing.T, h http.Handler, cfg server.HTTPConfig) *pipeListener {
+	t.Helper()
+	hs, err := server.NewHTTPServer(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := newPipeListener()
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := hs.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-served; err != http.ErrServerClosed {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return ln
+}
+
 type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return "pipe" }
@@ -74,13 +99,7 @@ func TestWriteTimeoutCutsASlowAnswer(t *testing.T) {
 			}
 			io.WriteString(w, "answered")
 		})
-		hs, err := server.NewHTTPServer(h, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := newPipeListener()
-		served := make(chan error, 1)
-		go func() { served <- hs.Serve(ln) }()
+		ln := servePipes(t, h, cfg)
 
 		get := func(path string) (*http.Response, error) {
 			conn := ln.dial()
@@ -107,14 +126,6 @@ func TestWriteTimeoutCutsASlowAnswer(t *testing.T) {
 			t.Errorf("an answer after the write timeout reached the client: %d", resp.StatusCode)
 		}
 
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; err != http.ErrServerClosed {
-			t.Errorf("Serve: %v", err)
-		}
 	})
 }
 
@@ -131,13 +142,7 @@ func TestSlowHeadersAndIdleConnectionsAreCut(t *testing.T) {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) })
 		cfg := server.DefaultHTTPConfig()
 		cfg.ReadHeaderTimeout, cfg.IdleTimeout, cfg.ReadTimeout = time.Second, 2*time.Second, time.Hour
-		hs, err := server.NewHTTPServer(h, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ln := newPipeListener()
-		served := make(chan error, 1)
-		go func() { served <- hs.Serve(ln) }()
+		ln := servePipes(t, h, cfg)
 		// closedAfter reads conn until the server closes it and returns how
 		// long that took on the bubble's clock.
 		closedAfter := func(conn net.Conn, from time.Time) time.Duration {
@@ -177,13 +182,5 @@ func TestSlowHeadersAndIdleConnectionsAreCut(t *testing.T) {
 		}
 		idle.Close()
 
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := hs.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-served; err != http.ErrServerClosed {
-			t.Errorf("Serve: %v", err)
-		}
 	})
 }
