@@ -162,6 +162,21 @@ func exercise(t *testing.T, s *redisstore.Store) {
 	}
 }
 
+// exerciseAs opens a store with opts (the documented user's) and cfg, runs
+// exercise on it, and fails if admin's ACL LOG holds any refusal.
+func exerciseAs(t *testing.T, admin *redis.Client, opts *redis.Options, cfg redisstore.Config) {
+	t.Helper()
+	s, err := redisstore.New(redis.NewClient(opts), cfg)
+	if err != nil {
+		t.Fatalf("New as the documented user: %v", err)
+	}
+	defer s.Close()
+	exercise(t, s)
+	if refused := aclRefusals(t, admin); len(refused) > 0 {
+		t.Fatalf("ACL LOG: %v", refused)
+	}
+}
+
 // TestACLDocumented runs the store as a Redis user holding exactly what
 // docs/operations.md ("Functions and ACLs") lists — the test runs the
 // document's own ACL SETUSER lines — and shows that it is enough: New
@@ -206,15 +221,7 @@ func TestACLDocumented(t *testing.T) {
 		opts.DB, opts.ClientName = 1, "sluice-test"
 		cfg := freshConfig(nil)
 		cfg.Prefix = "sluice"
-		s, err := redisstore.New(redis.NewClient(opts), cfg)
-		if err != nil {
-			t.Fatalf("New as the documented user: %v", err)
-		}
-		defer s.Close()
-		exercise(t, s)
-		if refused := aclRefusals(t, admin); len(refused) > 0 {
-			t.Fatalf("ACL LOG: %v", refused)
-		}
+		exerciseAs(t, admin, opts, cfg)
 	})
 	t.Run("wait replicas", func(t *testing.T) {
 		r := redistest.StartReplicated(t)
@@ -223,15 +230,7 @@ func TestACLDocumented(t *testing.T) {
 		cfg := waitConfig()
 		cfg.Prefix = "sluice"
 		cfg.WaitTimeout = 3 * time.Second // as in TestWaitReplicas: a busy machine may be slow to acknowledge
-		s, err := redisstore.New(redis.NewClient(aclOptions(r.Primary.Options())), cfg)
-		if err != nil {
-			t.Fatalf("New as the documented user: %v", err)
-		}
-		defer s.Close()
-		exercise(t, s)
-		if refused := aclRefusals(t, admin); len(refused) > 0 {
-			t.Fatalf("ACL LOG: %v", refused)
-		}
+		exerciseAs(t, admin, aclOptions(r.Primary.Options()), cfg)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cl := redistest.StartCluster(t, 3)
