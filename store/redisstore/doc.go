@@ -14,8 +14,9 @@
 //
 // New takes any client with the few methods in [Client]:
 // redis.UniversalClient, *redis.Client (also for Sentinel, through
-// redis.NewFailoverClient) or *redis.ClusterClient. The store owns it from
-// then on. The client must honour context deadlines (ContextTimeoutEnabled),
+// redis.NewFailoverClient), *redis.ClusterClient or *redis.Ring (each
+// partition on one of its shards, placed by the same tag as on a cluster).
+// The store owns it from then on. The client must honour context deadlines (ContextTimeoutEnabled),
 // so that every call ends within Config.Timeout: New refuses a go-redis
 // client without it. Turn automatic retries off (MaxRetries: -1): a retry
 // after a broken connection may run a batch a second time. (A cluster
@@ -71,7 +72,8 @@
 // when any batch is denied or fails, none. A Sluice server charges a fair
 // RPC's source and principal that way: one round trip, nothing to refund.
 // On a Redis Cluster the partitions' keys lie on different slots, which no
-// script may span, so the store runs none there (Joins reports false, and
+// script may span, and on a Ring on different servers, so the store runs
+// none there (Joins reports false, and
 // ApplyJoint refuses with errors.ErrUnsupported before sending anything);
 // the server then charges the two in two batches.
 //

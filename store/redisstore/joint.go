@@ -15,18 +15,19 @@ import (
 // denied (engine.JointStore). A server charges a fair RPC's source and
 // principal that way: one round trip, nothing to refund. Across a cluster
 // the partitions' keys lie on different slots, which no script may span
-// (CROSSSLOT), so a store on a cluster runs no joint steps (Joins).
+// (CROSSSLOT), and across a Ring's shards a script would write keys on the
+// wrong shard, so a store on either runs no joint steps (Joins).
 
 // jointFormat is ARGV[1] of a joint step (JOINT in lua/prelude.lua).
 const jointFormat = "joint 1"
 
 // Joins reports whether the store runs joint steps: on one node or behind
-// Sentinel, not on a cluster. See engine.JointStore.
+// Sentinel, not on a cluster nor a Ring. See engine.JointStore.
 func (s *Store) Joins() bool { return s.joins }
 
 // ApplyJoint runs bs, each on a partition of its own and without an
 // operation id, as one atomic step: one call of the batch code. See
-// engine.JointStore. On a cluster it runs nothing and returns an error
+// engine.JointStore. On a cluster or a Ring it runs nothing and returns an error
 // wrapping errors.ErrUnsupported. On error outs hold no results.
 func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engine.StepResult) error {
 	n := len(bs)
@@ -34,7 +35,7 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 		return err
 	}
 	if !s.joins {
-		return fmt.Errorf("redisstore: joint steps across a cluster's slots: %w", errors.ErrUnsupported)
+		return fmt.Errorf("redisstore: joint steps across a cluster's slots or a Ring's shards: %w", errors.ErrUnsupported)
 	}
 	for _, b := range bs {
 		if b.OperationID != "" {

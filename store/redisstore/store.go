@@ -34,6 +34,26 @@ type masterWalker interface {
 	ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error
 }
 
+// ringShards walks a Ring's shards as a cluster's masters are walked: a
+// Ring places each partition on one of several independent servers.
+type ringShards struct{ *redis.Ring }
+
+func (r ringShards) ForEachMaster(ctx context.Context, fn func(ctx context.Context, client *redis.Client) error) error {
+	return r.ForEachShard(ctx, fn)
+}
+
+// nodes returns the walker over the servers holding the client's keys, or
+// nil for a client of one server (or of one primary behind Sentinel).
+func nodes(client Client) masterWalker {
+	switch c := client.(type) {
+	case masterWalker:
+		return c
+	case *redis.Ring:
+		return ringShards{c}
+	}
+	return nil
+}
+
 // The batch code is the files under lua/ joined in this order (see
 // lua/prelude.lua): one chunk, split by concept, defining batch(keys, argv).
 var scriptParts = [...]string{"prelude", "values", "counters", "windows", "budgets", "gates", "pace", "batch"}
@@ -113,7 +133,7 @@ type Store struct {
 // but a counter without one would count twice.
 //
 // Unless Config.AllowEviction is set, New reads maxmemory-policy from the
-// server (from every master of a cluster) and refuses anything but
+// server (from every master of a cluster, every shard of a Ring) and refuses anything but
 // noeviction, with an *EvictionError.
 func New(client Client, cfg Config) (*Store, error) {
 	if client == nil {
@@ -136,13 +156,23 @@ func New(client Client, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	_, cluster := client.(slotMaster)
-	s := &Store{client: client, cfg: cfg, joins: !cluster}
+	s := &Store{client: client, cfg: cfg, joins: onOneNode(client)}
 	s.calls.New = func() any { return new(call) }
 	if _, ok := client.(pipeliner); ok && cfg.Pipeline > 0 && cfg.WaitReplicas == 0 {
 		s.co = newCoalescer(cfg.Pipeline)
 	}
 	return s, nil
+}
+
+// onOneNode reports whether every key the client reaches lives on one
+// server, so that one call of the batch code may name the keys of several
+// partitions: not a cluster, whose partitions lie on slots of their own,
+// nor a Ring, whose partitions lie on shards of their own.
+func onOneNode(client Client) bool {
+	if _, cluster := client.(slotMaster); cluster {
+		return false
+	}
+	return nodes(client) == nil
 }
 
 // checkClient refuses a go-redis client that ignores context deadlines.
@@ -178,8 +208,8 @@ func checkEviction(ctx context.Context, client Client) error {
 		}
 		return nil
 	}
-	w, ok := client.(masterWalker)
-	if !ok {
+	w := nodes(client)
+	if w == nil {
 		return check(ctx, client)
 	}
 	err := w.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
@@ -458,10 +488,10 @@ func aclRefused(err error) bool {
 }
 
 // loadLibrary loads the function library on the server, on every master of
-// a cluster. Replicas receive it from their primary, and persistence keeps
+// a cluster or every shard of a Ring. Replicas receive it from their primary, and persistence keeps
 // it across restarts.
 func (s *Store) loadLibrary(ctx context.Context) error {
-	if w, ok := s.client.(masterWalker); ok {
+	if w := nodes(s.client); w != nil {
 		return w.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			return c.FunctionLoadReplace(ctx, batchLibrary).Err()
 		})
