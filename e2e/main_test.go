@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // sluiceBin is the sluice binary under test, built by TestMain.
@@ -36,5 +38,14 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: building sluice:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	if code == 0 {
+		// The processes under test are separate; what the tests run in
+		// this one (clients, stores, listeners) must end with them.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: goroutines left behind:", err)
+			code = 1
+		}
+	}
+	return code
 }

@@ -241,7 +241,11 @@ func TestMethodAndPathAnswers(t *testing.T) {
 var testSecret = []byte(strings.Repeat("s", wire.MinSecretLen))
 
 // serveHTTP serves h with server.NewHTTPServer and cfg on a loopback
-// listener wrapped by wrap (if not nil), and returns its base URL.
+// listener wrapped by wrap (if not nil), and returns its base URL. The
+// server is shut down when the test ends, which returns once every
+// connection has ended: net/http keeps a connection it refused for a while
+// (half a second after a 431 over HTTP/1.1, a second after a GOAWAY over
+// HTTP/2), and Close would leave those goroutines running past the test.
 func serveHTTP(t *testing.T, h http.Handler, cfg server.HTTPConfig, wrap func(net.Listener) net.Listener) string {
 	t.Helper()
 	hs, err := server.NewHTTPServer(h, cfg)
@@ -258,7 +262,9 @@ func serveHTTP(t *testing.T, h http.Handler, cfg server.HTTPConfig, wrap func(ne
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	t.Cleanup(func() {
-		hs.Close()
+		if err := hs.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
 		if err := <-served; err != http.ErrServerClosed {
 			t.Errorf("Serve: %v", err)
 		}

@@ -44,6 +44,11 @@ func New[T Item](limit, max int, fits func(batch []T, next T) bool) *Queue[T] {
 // its call at once and then calls Leave. Otherwise it queues the call that
 // mk makes and returns it: the call is answered by the sender of a batch,
 // or left out of every batch once Abandoned.
+//
+// Before the queue grows, Enter drops the abandoned calls from it: while
+// every place stays taken (a send that hangs), callers that give up cannot
+// grow the queue with every call they make. It holds at most twice the
+// most calls ever waiting in it at once, and at least one.
 func (q *Queue[T]) Enter(mk func() T) (queued T, now bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -52,8 +57,24 @@ func (q *Queue[T]) Enter(mk func() T) (queued T, now bool) {
 		return queued, true
 	}
 	queued = mk()
+	if len(q.queue) == cap(q.queue) {
+		q.prune()
+	}
 	q.queue = append(q.queue, queued)
 	return queued, false
+}
+
+// prune drops the abandoned calls from the queue, keeping the others in
+// order. q.mu must be held.
+func (q *Queue[T]) prune() {
+	live := q.queue[:0]
+	for _, c := range q.queue {
+		if !c.Abandoned() {
+			live = append(live, c)
+		}
+	}
+	clear(q.queue[len(live):])
+	q.queue = live
 }
 
 // Leave gives up the place taken by Enter. If calls queued meanwhile, the

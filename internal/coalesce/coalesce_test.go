@@ -161,6 +161,36 @@ func TestAbandonedCallsAreNeverSent(t *testing.T) {
 	})
 }
 
+// TestAbandonedCallsDoNotGrowTheQueue holds the one place, as a send that
+// hangs would, while 3 calls wait and 10,000 more are made and abandoned
+// one after another: the queue stays within twice the calls waiting, and
+// when the place is left only the waiting calls are sent, in order.
+func TestAbandonedCallsDoNotGrowTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := coalesce.New[*call](1, 8, nil)
+		q.Enter(newCall(-1))
+		for i := range 3 {
+			q.Enter(newCall(i))
+		}
+		for i := range 10_000 {
+			c, now := q.Enter(newCall(100 + i))
+			if now {
+				t.Fatalf("call %d went alone while the place was taken", 100+i)
+			}
+			c.gone = true
+			if got := q.Len(); got > 2*3 {
+				t.Fatalf("Len %d after %d abandoned calls behind 3 waiting, want at most %d", got, i+1, 2*3)
+			}
+		}
+		var r recorder
+		q.Leave(r.send)
+		synctest.Wait()
+		if want := [][]int{{0, 1, 2}}; !slices.EqualFunc(r.batches, want, slices.Equal) {
+			t.Errorf("batches %v, want %v", r.batches, want)
+		}
+	})
+}
+
 // TestConcurrentCallsAreEachAnsweredOnce runs many goroutines through a
 // Queue of 2 places: every call is answered exactly once, alone or in a
 // batch, and at most 2 sends are ever in flight.
