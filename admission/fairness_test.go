@@ -328,10 +328,23 @@ func TestRowsExpire(t *testing.T) {
 	if _, err := a.ResetFairness(ctx, "ops@example", ResetRequest{Family: DefaultFamily, Source: "s4", SourceTiers: v4, Reason: "drill"}); err != nil {
 		t.Fatal(err)
 	}
-	// The whole family, from many sources, until it is stopped.
+	// Forty more identities, one RPC each: a source, its /24 and a
+	// principal apiece, so that at least 120 quota rows are written
+	// whatever the scheduler does below.
+	sourced := func(prefix string, i int) *wire.Request {
+		return fairRPC(fmt.Sprint(prefix, "-src-", i), fmt.Sprint(prefix, "-p-", i), map[string]string{wire.TierV4Slash24: fmt.Sprint(prefix, "-n-", i)})
+	}
+	for i := range 40 {
+		r := sourced("one", i)
+		r.OperationID = fmt.Sprint("one-", i)
+		if err := a.Admit(ctx, r); err != nil {
+			t.Fatalf("identity %d: %v", i, err)
+		}
+	}
+	// Then the whole family, from many sources, until it is stopped.
 	var sources []*wire.Request
 	for i := range 40 {
-		sources = append(sources, fairRPC(fmt.Sprint("f-src-", i), fmt.Sprint("f-p-", i), map[string]string{wire.TierV4Slash24: fmt.Sprint("f-n-", i)}))
+		sources = append(sources, sourced("f", i))
 	}
 	spendAny(t, a, sources)
 	if st, err := a.State(ctx); err != nil || !st[0].Stopped {
@@ -358,7 +371,7 @@ func TestRowsExpire(t *testing.T) {
 			quota++
 		}
 	}
-	if quota < 100 || long > 4 {
+	if quota < 130 || long > 4 {
 		t.Errorf("%d rows expiring within a day or two and %d living longer: want the quotas' many and the family's few", quota, long)
 	}
 	t.Logf("%d keys written: %d expire within %v, %d live longer", len(written), quota, time.Duration(keyTTL)*time.Millisecond, long)
