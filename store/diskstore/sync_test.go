@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"strings"
@@ -18,12 +19,16 @@ import (
 )
 
 // logStall holds the write-ahead log's fsyncs of a store openStalled
-// opened, from hold until unhold.
+// opened, from hold until unhold, and makes them fail from breakSync on
+// (a held fsync fails when it is released).
 type logStall struct {
 	stalled atomic.Bool
+	broken  atomic.Bool
 	release chan struct{}
 	once    sync.Once
 }
+
+func (l *logStall) breakSync() { l.broken.Store(true) }
 
 func (l *logStall) hold() { l.stalled.Store(true) }
 
@@ -46,8 +51,14 @@ func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
 	cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 		switch op.Kind {
 		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			if l.stalled.Load() && strings.HasSuffix(op.Path, ".log") {
+			if !strings.HasSuffix(op.Path, ".log") {
+				break
+			}
+			if l.stalled.Load() {
 				<-l.release
+			}
+			if l.broken.Load() {
+				return errorfs.ErrInjected
 			}
 		}
 		return nil
@@ -277,4 +288,87 @@ func TestDeferredRoundsAskForNoFsync(t *testing.T) {
 			t.Fatalf("%d fsyncs, %d unsynced rounds after lazyWait, want one and none", n, unsynced("a"))
 		}
 	})
+}
+
+// TestFailedFsyncFailsTheStore makes the write-ahead log's fsync fail on
+// each path on which the store asks for one, after a deferred batch, and
+// checks that the store fails stop: the failure is returned wrapping
+// engine.ErrUnavailable, never raised as a panic (which Pebble makes of a
+// failed fsync of a commit it waited for), and every later call is refused.
+func TestFailedFsyncFailsTheStore(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy SyncPolicy
+		// fsync makes the store ask for an fsync; returns reports that it
+		// returns the failure.
+		fsync   func(t *testing.T, s *Store) error
+		returns bool
+	}{
+		{"Sync", SyncAlways, func(t *testing.T, s *Store) error { return s.Sync(t.Context()) }, true},
+		{"a read of unsynced state", SyncAlways, func(t *testing.T, s *Store) error {
+			var out engine.StepResult
+			return engine.New(s).Apply(t.Context(), "p", &out, engine.Get("n"))
+		}, true},
+		{"the store's own fsync of a deferred round", SyncAlways, func(t *testing.T, s *Store) error {
+			time.Sleep(lazyWait)
+			synctest.Wait()
+			return nil
+		}, false},
+		{"the interval's fsync", SyncOnInterval, func(t *testing.T, s *Store) error {
+			time.Sleep(s.cfg.SyncInterval)
+			synctest.Wait()
+			return nil
+		}, false},
+		{"Close", SyncAlways, func(t *testing.T, s *Store) error { return s.Close() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, log := openStalled(t, func(cfg *Config) { cfg.Sync = tc.policy })
+				var out engine.StepResult
+				b := &engine.Batch{Partition: "p", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+				if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+					t.Fatal(err)
+				}
+				log.breakSync()
+				err := tc.fsync(t, s)
+				if tc.returns && !errors.Is(err, engine.ErrUnavailable) || err != nil && !errors.Is(err, engine.ErrUnavailable) {
+					t.Fatalf("with the fsync failing: %v, want an error wrapping ErrUnavailable", err)
+				}
+				if tc.name == "Close" {
+					return
+				}
+				for _, part := range []string{"p", "q"} {
+					if err := engine.New(s).Apply(t.Context(), part, &out, engine.Get("n")); !errors.Is(err, engine.ErrUnavailable) {
+						t.Errorf("get on %s after the fsync failed: %v (%+v), want ErrUnavailable", part, err, out)
+					}
+				}
+				if err := s.Sync(t.Context()); !errors.Is(err, engine.ErrUnavailable) {
+					t.Errorf("Sync after the fsync failed: %v, want ErrUnavailable", err)
+				}
+			})
+		})
+	}
+}
+
+// TestOpenReportsAFailedFsync makes the write-ahead log's fsync fail while
+// a new store records its format version: Open returns the failure as an
+// error, not as a panic.
+func TestOpenReportsAFailedFsync(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = "db"
+	cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if strings.HasSuffix(op.Path, ".log") {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	}))
+	if s, err := Open(cfg); !errors.Is(err, engine.ErrUnavailable) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("Open with a failing fsync: %v, want an error wrapping ErrUnavailable", err)
+	}
 }
