@@ -257,6 +257,16 @@ func (s *Store) round(p *partition, w *worker) *round {
 	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
 	s.encode(w, pb, p, w.writes)
+	if pb.Empty() {
+		// The writes cancel out (each key's last write deletes a record
+		// the partition does not hold: one the round created). Pebble
+		// commits an empty batch without an fsync, so the round is one
+		// that wrote nothing, and memory is unchanged.
+		_ = pb.Close()
+		clear(w.writes)
+		rd.barrier = s.always && p.unsynced.Load() > 0
+		return rd
+	}
 	// A round whose callers all deferred its fsync asks for none: the
 	// fsync their Sync asks for covers it, and so does any other.
 	lazy := s.always && rd.waiters == 0

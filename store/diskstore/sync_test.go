@@ -77,13 +77,13 @@ func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
 // TestAnswersWaitForTheirFsync holds the write-ahead log's fsync and checks
 // that neither the batch that wrote nor a later read of what it wrote is
 // answered before the fsync completes.
-// applyAsync applies cmd to partition on a goroutine of its own and sends
+// applyAsync applies cmds to partition on a goroutine of its own and sends
 // the answer on the channel it returns.
-func applyAsync(t *testing.T, eng *engine.Engine, partition string, cmd engine.Command) <-chan engine.StepResult {
+func applyAsync(t *testing.T, eng *engine.Engine, partition string, cmds ...engine.Command) <-chan engine.StepResult {
 	answer := make(chan engine.StepResult, 1)
 	go func() {
 		var out engine.StepResult
-		if err := eng.Apply(t.Context(), partition, &out, cmd); err != nil {
+		if err := eng.Apply(t.Context(), partition, &out, cmds...); err != nil {
 			t.Error(err)
 		}
 		answer <- out
@@ -120,6 +120,50 @@ func TestAnswersWaitForTheirFsync(t *testing.T) {
 		}
 		if out := <-read; out.Results[0].Value != "2" {
 			t.Errorf("get = %q, want 2", out.Results[0].Value)
+		}
+	})
+}
+
+// TestRoundWhoseWritesCancelOut holds the write-ahead log's fsync and runs
+// batches that create a record and delete it again, so that their rounds
+// have writes but no row to commit. Such a round asks Pebble for no fsync:
+// it must neither count the deferred rounds before it durable, nor answer
+// a read of unsynced state before the fsync, as a round that wrote nothing
+// does not.
+func TestRoundWhoseWritesCancelOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, log := openStalled(t, func(*Config) {})
+		eng := engine.New(s)
+		cancel := []engine.Command{engine.Set("tmp", "v", 60_000), engine.Del("tmp")}
+
+		log.hold()
+		for _, part := range []string{"p", "q"} {
+			var out engine.StepResult
+			b := &engine.Batch{Partition: part, Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+			if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Nothing on r awaits an fsync: it is answered at once.
+		apply(t, s, "r", cancel...)
+		synctest.Wait()
+		read := applyAsync(t, eng, "q", engine.Get("n"))
+		readAndCancel := applyAsync(t, eng, "p", append([]engine.Command{engine.Get("n")}, cancel...)...)
+		synctest.Wait()
+		select {
+		case out := <-read:
+			t.Fatalf("a read of a deferred round was answered (%+v) before its fsync", out)
+		case out := <-readAndCancel:
+			t.Fatalf("a read of a deferred round, in a batch that wrote and deleted a record, was answered (%+v) before its fsync", out)
+		default:
+		}
+
+		log.unhold()
+		if out := <-read; out.Results[0].Value != "1" {
+			t.Errorf("get on q = %q, want 1", out.Results[0].Value)
+		}
+		if out := <-readAndCancel; out.Results[0].Value != "1" || !out.Results[2].Found {
+			t.Errorf("get on p = %+v, want 1 and the record deleted", out.Results)
 		}
 	})
 }
