@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -392,6 +393,52 @@ func TestFailedFsyncFailsTheStore(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestNoAnswerRestsOnAFailedFsync makes the fsync of an increment fail
+// while a read of the same partition has entered the store but not yet
+// run (it waits here for the partition's lock, as it would behind a sweep
+// pass or a joint step). The increment is in memory, and the failed fsync
+// counts it synced, so the read finds nothing unsynced to wait for: it
+// must be refused all the same, not answered with the lost increment.
+func TestNoAnswerRestsOnAFailedFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, log := openStalled(t, func(*Config) {})
+		eng := engine.New(s)
+		apply(t, s, "p", engine.Incr("n", 1, 60_000))
+
+		log.hold()
+		wrote := make(chan error, 1)
+		go func() {
+			var out engine.StepResult
+			wrote <- eng.Apply(t.Context(), "p", &out, engine.Incr("n", 1, 60_000))
+		}()
+		synctest.Wait() // the increment is in memory, its fsync held
+		p := resident(s, "p")
+		p.mu.Lock()
+		type answer struct {
+			out engine.StepResult
+			err error
+		}
+		read := make(chan answer, 1)
+		go func() {
+			var a answer
+			a.err = eng.Apply(t.Context(), "p", &a.out, engine.Get("n"))
+			read <- a
+		}()
+		for p.pins.Load() < 2 { // the read has entered the store
+			runtime.Gosched()
+		}
+		log.breakSync()
+		log.unhold()
+		if err := <-wrote; !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("incr whose fsync failed: %v, want ErrUnavailable", err)
+		}
+		p.mu.Unlock()
+		if a := <-read; !errors.Is(a.err, engine.ErrUnavailable) {
+			t.Fatalf("read after the fsync failed: %+v, %v; want ErrUnavailable", a.out, a.err)
+		}
+	})
 }
 
 // TestOpenReportsAFailedFsync makes the write-ahead log's fsync fail while
