@@ -110,14 +110,14 @@ func (s *Store) finish(rd *round) {
 		}
 		rd.synced()
 	case rd.pb != nil:
-		err := rd.pb.SyncWait()
-		if err == nil {
+		// A failure is recorded before the partition counts the round
+		// synced (see wroteNothing).
+		if err := rd.pb.SyncWait(); err != nil {
+			rd.err = s.fail(err)
+		} else {
 			s.durable.advance(rd.covers)
 		}
 		rd.synced()
-		if err != nil {
-			rd.err = s.fail(err)
-		}
 	case rd.barrier && rd.waiters > 0:
 		rd.err = s.syncLog()
 	}
@@ -250,13 +250,21 @@ func (s *Store) round(p *partition, w *worker) *round {
 		}
 	}
 	if len(w.writes) == 0 {
-		rd.barrier = s.always && p.unsynced.Load() > 0
-		return rd
+		return s.wroteNothing(rd, p, w.reqs)
 	}
 
 	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
 	s.encode(w, pb, p, w.writes)
+	if pb.Empty() {
+		// The writes cancel out (each key's last write deletes a record
+		// the partition does not hold: one the round created). Pebble
+		// commits an empty batch without an fsync, so the round is one
+		// that wrote nothing, and memory is unchanged.
+		_ = pb.Close()
+		clear(w.writes)
+		return s.wroteNothing(rd, p, w.reqs)
+	}
 	// A round whose callers all deferred its fsync asks for none: the
 	// fsync their Sync asks for covers it, and so does any other.
 	lazy := s.always && rd.waiters == 0
@@ -285,6 +293,27 @@ func (s *Store) round(p *partition, w *worker) *round {
 	case s.always:
 		rd.pb = pb
 		p.unsynced.Add(1)
+	}
+	return rd
+}
+
+// wroteNothing ends rd, a round on p that commits nothing (denials, reads,
+// replayed results). If it read state not yet fsynced it is a barrier: its
+// waiting callers are answered after the log's fsync, which fails if the
+// store has. If it read none, it still must not answer once the store has
+// failed: it may have entered the store before a failed fsync, and read
+// what that fsync left in memory after finish counted it synced (finish
+// records the failure first, so a round that finds nothing unsynced also
+// finds the failure).
+func (s *Store) wroteNothing(rd *round, p *partition, reqs []*request) *round {
+	if s.always && p.unsynced.Load() > 0 {
+		rd.barrier = true
+		return rd
+	}
+	if err := s.failure(); err != nil {
+		for _, r := range reqs {
+			r.err = err
+		}
 	}
 	return rd
 }

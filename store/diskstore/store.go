@@ -178,7 +178,11 @@ func (s *Store) checkFormat() error {
 
 // writeFormat records this build's format version, fsynced.
 func (s *Store) writeFormat() error {
-	if err := s.db.Set(formatKey, encodeFormat(formatVersion), pebble.Sync); err != nil {
+	err := s.db.Set(formatKey, encodeFormat(formatVersion), pebble.NoSync)
+	if err == nil {
+		err = s.logSync()
+	}
+	if err != nil {
 		return fmt.Errorf("%w: diskstore: writing the format version: %w", engine.ErrUnavailable, err)
 	}
 	return nil
@@ -214,12 +218,10 @@ func (s *Store) ApplyDeferred(ctx context.Context, b *engine.Batch, out *engine.
 }
 
 // Sync returns once everything every batch so far wrote or read is
-// fsynced. Under SyncOnInterval and SyncNever it returns at once, as
-// Apply does. See engine.DeferredSyncStore.
+// fsynced. Under SyncOnInterval and SyncNever it asks for no fsync and
+// returns at once, as Apply does; like Apply, it returns an error once the
+// store is closed or has failed. See engine.DeferredSyncStore.
 func (s *Store) Sync(ctx context.Context) error {
-	if !s.always {
-		return nil
-	}
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed.Load() {
@@ -227,6 +229,9 @@ func (s *Store) Sync(ctx context.Context) error {
 	}
 	if err := s.failure(); err != nil {
 		return err
+	}
+	if !s.always {
+		return nil
 	}
 	return s.syncLog()
 }
@@ -353,11 +358,26 @@ func rewritten(writes []engine.Write, i int) bool {
 // syncLog waits until everything Pebble has sequenced so far is fsynced.
 func (s *Store) syncLog() error {
 	covered := s.durable.committed.Load()
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+	if err := s.logSync(); err != nil {
 		return s.fail(err)
 	}
 	s.durable.advance(covered)
 	return nil
+}
+
+// logSync writes an empty record to the write-ahead log and waits for its
+// fsync. It commits the record without the wait and waits with SyncWait:
+// Pebble treats an error of a commit it waited for itself (DB.LogData or
+// DB.Apply with pebble.Sync) as fatal, and its logger's Fatalf panics,
+// while SyncWait returns a failed fsync as an error, which fails the store.
+func (s *Store) logSync() error {
+	b := s.db.NewBatch()
+	defer func() { _ = b.Close() }()
+	_ = b.LogData(nil, nil)
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		return err
+	}
+	return b.SyncWait()
 }
 
 // fail records err as the reason the store can no longer serve and returns
@@ -398,7 +418,7 @@ func (s *Store) Close() error {
 		s.bg.Wait()
 		var err error
 		if s.failure() == nil {
-			err = s.db.LogData(nil, pebble.Sync)
+			err = s.logSync()
 		}
 		err = errors.Join(err, s.db.Close())
 		s.gate.Unlock()

@@ -1,8 +1,10 @@
 package diskstore
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,12 +20,16 @@ import (
 )
 
 // logStall holds the write-ahead log's fsyncs of a store openStalled
-// opened, from hold until unhold.
+// opened, from hold until unhold, and makes them fail from breakSync on
+// (a held fsync fails when it is released).
 type logStall struct {
 	stalled atomic.Bool
+	broken  atomic.Bool
 	release chan struct{}
 	once    sync.Once
 }
+
+func (l *logStall) breakSync() { l.broken.Store(true) }
 
 func (l *logStall) hold() { l.stalled.Store(true) }
 
@@ -46,8 +52,14 @@ func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
 	cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 		switch op.Kind {
 		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-			if l.stalled.Load() && strings.HasSuffix(op.Path, ".log") {
+			if !strings.HasSuffix(op.Path, ".log") {
+				break
+			}
+			if l.stalled.Load() {
 				<-l.release
+			}
+			if l.broken.Load() {
+				return errorfs.ErrInjected
 			}
 		}
 		return nil
@@ -66,13 +78,13 @@ func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
 // TestAnswersWaitForTheirFsync holds the write-ahead log's fsync and checks
 // that neither the batch that wrote nor a later read of what it wrote is
 // answered before the fsync completes.
-// applyAsync applies cmd to partition on a goroutine of its own and sends
+// applyAsync applies cmds to partition on a goroutine of its own and sends
 // the answer on the channel it returns.
-func applyAsync(t *testing.T, eng *engine.Engine, partition string, cmd engine.Command) <-chan engine.StepResult {
+func applyAsync(t *testing.T, eng *engine.Engine, partition string, cmds ...engine.Command) <-chan engine.StepResult {
 	answer := make(chan engine.StepResult, 1)
 	go func() {
 		var out engine.StepResult
-		if err := eng.Apply(t.Context(), partition, &out, cmd); err != nil {
+		if err := eng.Apply(t.Context(), partition, &out, cmds...); err != nil {
 			t.Error(err)
 		}
 		answer <- out
@@ -109,6 +121,50 @@ func TestAnswersWaitForTheirFsync(t *testing.T) {
 		}
 		if out := <-read; out.Results[0].Value != "2" {
 			t.Errorf("get = %q, want 2", out.Results[0].Value)
+		}
+	})
+}
+
+// TestRoundWhoseWritesCancelOut holds the write-ahead log's fsync and runs
+// batches that create a record and delete it again, so that their rounds
+// have writes but no row to commit. Such a round asks Pebble for no fsync:
+// it must neither count the deferred rounds before it durable, nor answer
+// a read of unsynced state before the fsync, as a round that wrote nothing
+// does not.
+func TestRoundWhoseWritesCancelOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, log := openStalled(t, func(*Config) {})
+		eng := engine.New(s)
+		cancel := []engine.Command{engine.Set("tmp", "v", 60_000), engine.Del("tmp")}
+
+		log.hold()
+		for _, part := range []string{"p", "q"} {
+			var out engine.StepResult
+			b := &engine.Batch{Partition: part, Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+			if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Nothing on r awaits an fsync: it is answered at once.
+		apply(t, s, "r", cancel...)
+		synctest.Wait()
+		read := applyAsync(t, eng, "q", engine.Get("n"))
+		readAndCancel := applyAsync(t, eng, "p", append([]engine.Command{engine.Get("n")}, cancel...)...)
+		synctest.Wait()
+		select {
+		case out := <-read:
+			t.Fatalf("a read of a deferred round was answered (%+v) before its fsync", out)
+		case out := <-readAndCancel:
+			t.Fatalf("a read of a deferred round, in a batch that wrote and deleted a record, was answered (%+v) before its fsync", out)
+		default:
+		}
+
+		log.unhold()
+		if out := <-read; out.Results[0].Value != "1" {
+			t.Errorf("get on q = %q, want 1", out.Results[0].Value)
+		}
+		if out := <-readAndCancel; out.Results[0].Value != "1" || !out.Results[2].Found {
+			t.Errorf("get on p = %+v, want 1 and the record deleted", out.Results)
 		}
 	})
 }
@@ -277,4 +333,133 @@ func TestDeferredRoundsAskForNoFsync(t *testing.T) {
 			t.Fatalf("%d fsyncs, %d unsynced rounds after lazyWait, want one and none", n, unsynced("a"))
 		}
 	})
+}
+
+// TestFailedFsyncFailsTheStore makes the write-ahead log's fsync fail on
+// each path on which the store asks for one, after a deferred batch, and
+// checks that the store fails stop: the failure is returned wrapping
+// engine.ErrUnavailable, never raised as a panic (which Pebble makes of a
+// failed fsync of a commit it waited for), and every later call is refused.
+func TestFailedFsyncFailsTheStore(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy SyncPolicy
+		// fsync makes the store ask for an fsync; returns reports that it
+		// returns the failure.
+		fsync   func(t *testing.T, s *Store) error
+		returns bool
+	}{
+		{"Sync", SyncAlways, func(t *testing.T, s *Store) error { return s.Sync(t.Context()) }, true},
+		{"a read of unsynced state", SyncAlways, func(t *testing.T, s *Store) error {
+			var out engine.StepResult
+			return engine.New(s).Apply(t.Context(), "p", &out, engine.Get("n"))
+		}, true},
+		{"the store's own fsync of a deferred round", SyncAlways, func(t *testing.T, s *Store) error {
+			time.Sleep(lazyWait)
+			synctest.Wait()
+			return nil
+		}, false},
+		{"the interval's fsync", SyncOnInterval, func(t *testing.T, s *Store) error {
+			time.Sleep(s.cfg.SyncInterval)
+			synctest.Wait()
+			return nil
+		}, false},
+		{"Close", SyncAlways, func(t *testing.T, s *Store) error { return s.Close() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, log := openStalled(t, func(cfg *Config) { cfg.Sync = tc.policy })
+				var out engine.StepResult
+				b := &engine.Batch{Partition: "p", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+				if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+					t.Fatal(err)
+				}
+				log.breakSync()
+				err := tc.fsync(t, s)
+				if tc.returns && !errors.Is(err, engine.ErrUnavailable) || err != nil && !errors.Is(err, engine.ErrUnavailable) {
+					t.Fatalf("with the fsync failing: %v, want an error wrapping ErrUnavailable", err)
+				}
+				if tc.name == "Close" {
+					return
+				}
+				for _, part := range []string{"p", "q"} {
+					if err := engine.New(s).Apply(t.Context(), part, &out, engine.Get("n")); !errors.Is(err, engine.ErrUnavailable) {
+						t.Errorf("get on %s after the fsync failed: %v (%+v), want ErrUnavailable", part, err, out)
+					}
+				}
+				if err := s.Sync(t.Context()); !errors.Is(err, engine.ErrUnavailable) {
+					t.Errorf("Sync after the fsync failed: %v, want ErrUnavailable", err)
+				}
+			})
+		})
+	}
+}
+
+// TestNoAnswerRestsOnAFailedFsync makes the fsync of an increment fail
+// while a read of the same partition has entered the store but not yet
+// run (it waits here for the partition's lock, as it would behind a sweep
+// pass or a joint step). The increment is in memory, and the failed fsync
+// counts it synced, so the read finds nothing unsynced to wait for: it
+// must be refused all the same, not answered with the lost increment.
+func TestNoAnswerRestsOnAFailedFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, log := openStalled(t, func(*Config) {})
+		eng := engine.New(s)
+		apply(t, s, "p", engine.Incr("n", 1, 60_000))
+
+		log.hold()
+		wrote := make(chan error, 1)
+		go func() {
+			var out engine.StepResult
+			wrote <- eng.Apply(t.Context(), "p", &out, engine.Incr("n", 1, 60_000))
+		}()
+		synctest.Wait() // the increment is in memory, its fsync held
+		p := resident(s, "p")
+		p.mu.Lock()
+		type answer struct {
+			out engine.StepResult
+			err error
+		}
+		read := make(chan answer, 1)
+		go func() {
+			var a answer
+			a.err = eng.Apply(t.Context(), "p", &a.out, engine.Get("n"))
+			read <- a
+		}()
+		for p.pins.Load() < 2 { // the read has entered the store
+			runtime.Gosched()
+		}
+		log.breakSync()
+		log.unhold()
+		if err := <-wrote; !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("incr whose fsync failed: %v, want ErrUnavailable", err)
+		}
+		p.mu.Unlock()
+		if a := <-read; !errors.Is(a.err, engine.ErrUnavailable) {
+			t.Fatalf("read after the fsync failed: %+v, %v; want ErrUnavailable", a.out, a.err)
+		}
+	})
+}
+
+// TestOpenReportsAFailedFsync makes the write-ahead log's fsync fail while
+// a new store records its format version: Open returns the failure as an
+// error, not as a panic.
+func TestOpenReportsAFailedFsync(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = "db"
+	cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if strings.HasSuffix(op.Path, ".log") {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	}))
+	if s, err := Open(cfg); !errors.Is(err, engine.ErrUnavailable) {
+		if err == nil {
+			s.Close()
+		}
+		t.Fatalf("Open with a failing fsync: %v, want an error wrapping ErrUnavailable", err)
+	}
 }
