@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -209,13 +210,18 @@ func (c Config) Allowances() (map[string]int64, error) {
 		return nil, errors.Join(errs...)
 	}
 	out := make(map[string]int64, len(families))
-	var named int64
+	// Summed without overflow: budgets whose sum does not fit an int64
+	// are above any total, not a negative sum below it.
+	sum := new(big.Int)
+	for _, n := range split {
+		sum.Add(sum, big.NewInt(n))
+	}
+	if sum.Cmp(big.NewInt(c.Total)) > 0 {
+		return nil, fmt.Errorf("family budgets add up to %s, above the daily total %d", sum, c.Total)
+	}
+	named := sum.Int64()
 	for f, n := range split {
 		out[f] = n
-		named += n
-	}
-	if named > c.Total {
-		return nil, fmt.Errorf("family budgets add up to %d, above the daily total %d", named, c.Total)
 	}
 	rest := len(families) - len(split)
 	for _, f := range families {

@@ -58,6 +58,7 @@ func TestAdmissionFlags(t *testing.T) {
 		{"malformed family budget", func(a *admissionFlags) { a.FamilyBudgets = "replay=many" }, "not a non-negative integer"},
 		{"family budget without a count", func(a *admissionFlags) { a.FamilyBudgets = "replay" }, "want name=count"},
 		{"parts above the total", func(a *admissionFlags) { a.FamilyBudgets = "offline=900000,replay=200000" }, "above the daily total"},
+		{"parts whose sum overflows", func(a *admissionFlags) { a.FamilyBudgets = "offline=9223372036854775807,replay=1" }, "above the daily total"},
 		{"duplicate family", func(a *admissionFlags) { a.Families = "replay,offline,replay" }, `family "replay" listed twice`},
 		{"empty family", func(a *admissionFlags) { a.Families = "replay,,offline" }, "family name"},
 		{"wrong-case family", func(a *admissionFlags) { a.FairFamilies = "Replay" }, `fair family "Replay" is not a configured family`},
