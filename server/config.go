@@ -34,7 +34,7 @@ type Config struct {
 	// the server serves /v1/limiters: its limiter registry hashes limiter
 	// names as the clients do, so it configures the limiters they call.
 	// Empty answers /v1/limiters 503. At least wire.MinSecretLen bytes and
-	// different from every secret.
+	// different from every secret and from the operator token.
 	Pepper string
 	// LimitsKey, if set, is a bearer token granting /v1/limiters and
 	// nothing else: at least wire.MinSecretLen bytes and different from
