@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -119,6 +120,25 @@ func TestHitCommand(t *testing.T) {
 	}
 	if _, err := runSluice(t, env, "hit", "--limit", "1", "--window", "1m"); err == nil || !strings.Contains(err.Error(), "partition") {
 		t.Errorf("hit without a partition: %v", err)
+	}
+}
+
+// sluice hit refuses a --timeout the client would replace: zero (its
+// default), a negative one or one beyond its bounds (clamped), so the
+// call never runs on a timeout other than the one given.
+func TestHitRefusesATimeoutItWouldReplace(t *testing.T) {
+	hs := newTestServer(t)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	for i, timeout := range []string{"0", "-1s", "50ms", "5s"} {
+		out, err := runSluice(t, env, "hit", "--partition", fmt.Sprint("timeout:", i), "--limit", "10", "--window", "1m", "--timeout", timeout)
+		if err == nil || !strings.Contains(err.Error(), "--timeout") {
+			t.Errorf("hit --timeout %s: %v, %q; want a refusal naming --timeout", timeout, err, out)
+		}
+	}
+	for _, timeout := range []string{"100ms", "2s"} {
+		if out, err := runSluice(t, env, "hit", "--partition", "timeout:ok", "--limit", "10", "--window", "1m", "--timeout", timeout); err != nil {
+			t.Errorf("hit --timeout %s: %v, %q", timeout, err, out)
+		}
 	}
 }
 
