@@ -332,6 +332,16 @@ func TestLimitersConfiguration(t *testing.T) {
 	}
 }
 
+// A problem met while building the configuration, such as a malformed
+// credential file, makes every call answer 503 with the reason.
+func TestConfigProblemRefusesEverything(t *testing.T) {
+	h := newLimHarness(t, func(c *server.Config) { c.AddProblem(errors.New("the pepper file is empty")) })
+	status, p, _ := h.send("GET", "/v1/limiters", limToken, "")
+	if status != 503 || !strings.Contains(p.Reason, "the pepper file is empty") {
+		t.Errorf("%d %q, want 503 with the problem", status, p.Reason)
+	}
+}
+
 func TestPingReportsTheLimitersFeature(t *testing.T) {
 	for _, c := range []struct {
 		pepper string

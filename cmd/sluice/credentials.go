@@ -36,6 +36,9 @@ type credentials struct {
 	Pepper string
 	// OperatorToken is the bearer token of the operator endpoints.
 	OperatorToken string
+	// Problems are the credential files that hold no usable value, for
+	// the server to report (server.Config.AddProblem).
+	Problems []error
 }
 
 // ensureDataDir creates dir (mode 0700) if it is missing and warns when an

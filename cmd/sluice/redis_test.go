@@ -136,6 +136,13 @@ func TestRedisStoreOpens(t *testing.T) {
 // it did not start.
 func serveUntilListening(t *testing.T, env map[string]string, args ...string) error {
 	t.Helper()
+	_, err := serveLogUntilListening(t, env, args...)
+	return err
+}
+
+// serveLogUntilListening is serveUntilListening, returning serve's log too.
+func serveLogUntilListening(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	root := newRootCmd(mapEnv(env))
@@ -161,7 +168,7 @@ func serveUntilListening(t *testing.T, env map[string]string, args ...string) er
 	if err == nil && !strings.Contains(log.String(), "msg=listening") {
 		t.Fatalf("serve ended without error and without listening:\n%s", log.String())
 	}
-	return err
+	return log.String(), err
 }
 
 // The --redis-tls-* settings, given by their variables, reach the store:
