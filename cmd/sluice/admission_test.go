@@ -136,6 +136,27 @@ func TestControlFamilyStopAndState(t *testing.T) {
 	}
 }
 
+// An empty --family (an unset shell variable, say) is refused: it never
+// becomes the global stop or resume that leaving the flag out asks for.
+func TestControlRefusesAnEmptyFamily(t *testing.T) {
+	flags := defaultAdmissionFlags()
+	flags.DailyBudget, flags.Families = "1000", "a,b"
+	hs := newAdmissionServer(t, flags)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_OPERATOR_TOKEN": testToken}
+	for _, args := range [][]string{
+		{"control", "stop", "--family", "", "--reason", "one family"},
+		{"control", "stop", "--family", " "},
+		{"control", "resume", "--family", ""},
+	} {
+		if out, err := runSluice(t, env, args...); err == nil || !strings.Contains(err.Error(), "--family") {
+			t.Errorf("%q: %v, %q; want a refusal naming --family", args, err, out)
+		}
+	}
+	if out, err := runSluice(t, env, "control", "state"); err != nil || !strings.HasPrefix(out, "running\n") || strings.Contains(out, "stopped") {
+		t.Errorf("state after the refusals: %v\n%s", err, out)
+	}
+}
+
 // TestHitCountAndFairnessReset spends one source's share with sluice hit,
 // resets it with sluice control fairness-reset, and spends it again: the
 // command-line tools hash identities alike.
