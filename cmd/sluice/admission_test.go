@@ -214,6 +214,12 @@ func TestHitCountAndFairnessReset(t *testing.T) {
 	if _, err := runSluice(t, env, "control", "audit", "--limit", "5000"); err == nil || !strings.Contains(err.Error(), "limit 5000 above 1000") {
 		t.Errorf("audit --limit 5000: %v", err)
 	}
+	// A zero given is sent and refused, never read as "not given".
+	for _, bad := range [][]string{{"--limit", "0"}, {"--before", "0"}, {"--limit", "-1"}} {
+		if out, err := runSluice(t, env, append([]string{"control", "audit"}, bad...)...); err == nil || !strings.Contains(err.Error(), "at least 1") {
+			t.Errorf("audit %q: %v\n%s", bad, err, out)
+		}
+	}
 
 	for _, tc := range []struct {
 		args []string

@@ -213,11 +213,13 @@ ends by naming the --before of the next, older page when there is one.`,
   sluice control audit --limit 20 --before 381`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// What is given is sent, zero included, for the server to
+			// refuse: never read as "not given".
 			q := url.Values{}
-			if limit != 0 {
+			if cmd.Flags().Changed("limit") {
 				q.Set("limit", strconv.Itoa(limit))
 			}
-			if before != 0 {
+			if cmd.Flags().Changed("before") {
 				q.Set("before", strconv.FormatInt(before, 10))
 			}
 			path := wire.PathAudit
