@@ -40,8 +40,8 @@ With no configuration it listens on 127.0.0.1:7420 and keeps everything in
 ./sluice-data. On its first start it creates that directory (mode 0700) with a
 signing secret, a key pepper and an operator token (files "secret", "pepper"
 and "operator-token", mode 0600), so it is authenticated from its first
-second; later starts reuse them. --secrets and --operator-token replace the
-files.
+second; later starts reuse them. --secrets, --operator-token and --pepper
+replace the files.
 
 With --store redis://host:6379 (or rediss://, redis+cluster://host1:port,
 host2:port, redis+sentinel://host:26379/mastername) the quotas, replay
