@@ -441,6 +441,17 @@ func TestSplitAboveTheTotalWhenTheSumOverflows(t *testing.T) {
 	}
 }
 
+// A family listed twice is refused in Fair as in Families, whether the
+// configuration comes from flags or is built in code.
+func TestFairFamilyListedTwice(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Families = []string{"a", "b"}
+	cfg.Fair = []string{"a", "b", "a"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `fair family "a" listed twice`) {
+		t.Errorf("Validate() = %v, want the fair family listed twice refused", err)
+	}
+}
+
 func TestOperatorStopAndResume(t *testing.T) {
 	fx := newFixture(t)
 	ctx := context.Background()

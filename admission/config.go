@@ -186,9 +186,12 @@ func (c Config) Allowances() (map[string]int64, error) {
 			errs = append(errs, fmt.Errorf("family %q listed twice", f))
 		}
 	}
-	for _, f := range c.Fair {
+	for i, f := range c.Fair {
 		if !slices.Contains(families, f) {
 			errs = append(errs, fmt.Errorf("fair family %q is not a configured family", f))
+		}
+		if slices.Contains(c.Fair[:i], f) {
+			errs = append(errs, fmt.Errorf("fair family %q listed twice", f))
 		}
 	}
 	if err := c.Shares.validate(); err != nil {
