@@ -91,6 +91,29 @@ func TestControlReadsTheTokenFromTheDataDir(t *testing.T) {
 	}
 }
 
+// An empty --data-dir (SLUICE_DATA_DIR=) names no directory: the tools
+// refuse it rather than read credentials from the working directory.
+func TestToolsRefuseAnEmptyDataDir(t *testing.T) {
+	hs := newTestServer(t)
+	dir := t.TempDir()
+	for name, v := range map[string]string{operatorTokenFile: testToken, secretFile: testSecret, pepperFile: testPepper} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_DATA_DIR": ""}
+	for _, args := range [][]string{
+		{"control", "state"},
+		{"hit", "--partition", "p", "--limit", "1", "--window", "1m"},
+		{"control", "fairness-reset", "--family", "default", "--principal", "u", "--actor", "a"},
+	} {
+		if out, err := runSluice(t, env, args...); err == nil || !strings.Contains(err.Error(), "data directory") {
+			t.Errorf("%q with SLUICE_DATA_DIR empty: %v, %q; want a refusal naming the data directory", args, err, out)
+		}
+	}
+}
+
 func TestHitCommand(t *testing.T) {
 	hs := newTestServer(t)
 	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
