@@ -423,6 +423,35 @@ func TestAllowances(t *testing.T) {
 	}
 }
 
+// TestSplitAboveTheTotalWhenTheSumOverflows: budgets whose sum does not
+// fit an int64 are above any total, not a negative sum below it.
+func TestSplitAboveTheTotalWhenTheSumOverflows(t *testing.T) {
+	for _, split := range []string{
+		"a=9223372036854775807,b=1",
+		"a=9223372036854775807,b=9223372036854775807",
+		"a=5000000000000000000,b=5000000000000000000,c=1",
+	} {
+		cfg := DefaultConfig()
+		cfg.Families = []string{"a", "b", "c"}
+		cfg.Split = split
+		got, err := cfg.Allowances()
+		if err == nil || !strings.Contains(err.Error(), "above the daily total") {
+			t.Errorf("split %q: allowances %v, error %v; want one about the parts above the daily total", split, got, err)
+		}
+	}
+}
+
+// A family listed twice is refused in Fair as in Families, whether the
+// configuration comes from flags or is built in code.
+func TestFairFamilyListedTwice(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Families = []string{"a", "b"}
+	cfg.Fair = []string{"a", "b", "a"}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `fair family "a" listed twice`) {
+		t.Errorf("Validate() = %v, want the fair family listed twice refused", err)
+	}
+}
+
 func TestOperatorStopAndResume(t *testing.T) {
 	fx := newFixture(t)
 	ctx := context.Background()

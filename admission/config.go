@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,9 +186,12 @@ func (c Config) Allowances() (map[string]int64, error) {
 			errs = append(errs, fmt.Errorf("family %q listed twice", f))
 		}
 	}
-	for _, f := range c.Fair {
+	for i, f := range c.Fair {
 		if !slices.Contains(families, f) {
 			errs = append(errs, fmt.Errorf("fair family %q is not a configured family", f))
+		}
+		if slices.Contains(c.Fair[:i], f) {
+			errs = append(errs, fmt.Errorf("fair family %q listed twice", f))
 		}
 	}
 	if err := c.Shares.validate(); err != nil {
@@ -209,13 +213,18 @@ func (c Config) Allowances() (map[string]int64, error) {
 		return nil, errors.Join(errs...)
 	}
 	out := make(map[string]int64, len(families))
-	var named int64
+	// Summed without overflow: budgets whose sum does not fit an int64
+	// are above any total, not a negative sum below it.
+	sum := new(big.Int)
+	for _, n := range split {
+		sum.Add(sum, big.NewInt(n))
+	}
+	if sum.Cmp(big.NewInt(c.Total)) > 0 {
+		return nil, fmt.Errorf("family budgets add up to %s, above the daily total %d", sum, c.Total)
+	}
+	named := sum.Int64()
 	for f, n := range split {
 		out[f] = n
-		named += n
-	}
-	if named > c.Total {
-		return nil, fmt.Errorf("family budgets add up to %d, above the daily total %d", named, c.Total)
 	}
 	rest := len(families) - len(split)
 	for _, f := range families {

@@ -34,7 +34,7 @@ type Config struct {
 	// the server serves /v1/limiters: its limiter registry hashes limiter
 	// names as the clients do, so it configures the limiters they call.
 	// Empty answers /v1/limiters 503. At least wire.MinSecretLen bytes and
-	// different from every secret.
+	// different from every secret and from the operator token.
 	Pepper string
 	// LimitsKey, if set, is a bearer token granting /v1/limiters and
 	// nothing else: at least wire.MinSecretLen bytes and different from
@@ -45,6 +45,19 @@ type Config struct {
 	// stop fence and before any subject command (family budgets, fairness
 	// quotas), and serves the family and fairness operator endpoints.
 	Admission *admission.Admitter
+
+	// problems were met while building the configuration (AddProblem).
+	problems []error
+}
+
+// AddProblem records a problem met while building c, such as a malformed
+// credential file. Validate reports it with the others, so a server built
+// from c refuses every RPC with the reason instead of running on a value
+// the operator did not choose.
+func (c *Config) AddProblem(err error) {
+	if err != nil {
+		c.problems = append(c.problems, err)
+	}
 }
 
 // DefaultConfig returns a configuration with no secrets (so it does not
@@ -56,7 +69,7 @@ func DefaultConfig() Config {
 // Validate reports every problem of c at once. A server with an invalid
 // configuration answers every RPC 503 guard_unavailable with this reason.
 func (c Config) Validate() error {
-	var errs []error
+	errs := append([]error(nil), c.problems...)
 	if len(c.Secrets) == 0 {
 		errs = append(errs, errors.New("no signing secret configured"))
 	}

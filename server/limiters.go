@@ -42,6 +42,9 @@ func (c Config) validateLimiters() []error {
 		if slices.Contains(c.Secrets, c.Pepper) {
 			errs = append(errs, errors.New("key pepper equals a signing secret"))
 		}
+		if c.Pepper == c.OperatorToken {
+			errs = append(errs, errors.New("key pepper equals the operator token (every client holds the pepper)"))
+		}
 	}
 	if c.LimitsKey != "" {
 		if len(c.LimitsKey) < wire.MinSecretLen {

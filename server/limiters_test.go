@@ -314,6 +314,9 @@ func TestLimitersConfiguration(t *testing.T) {
 	}{
 		{"short pepper", func(c *server.Config) { c.Pepper = "short" }, "key pepper is 5 characters"},
 		{"pepper is a secret", func(c *server.Config) { c.Pepper = limSecret }, "key pepper equals a signing secret"},
+		// Every client holds the pepper: as the operator token it would
+		// let any of them stop the fleet.
+		{"pepper is the operator token", func(c *server.Config) { c.Pepper = limToken }, "key pepper equals the operator token"},
 		{"short limits key", func(c *server.Config) { c.LimitsKey = "short" }, "limits key is 5 characters"},
 		{"limits key is the operator token", func(c *server.Config) { c.LimitsKey = limToken }, "limits key equals the operator token"},
 		{"limits key is a secret", func(c *server.Config) { c.LimitsKey = limSecret }, "limits key equals a signing secret"},
@@ -326,6 +329,16 @@ func TestLimitersConfiguration(t *testing.T) {
 				t.Errorf("%d %q, want 503 containing %q", status, p.Reason, c.reason)
 			}
 		})
+	}
+}
+
+// A problem met while building the configuration, such as a malformed
+// credential file, makes every call answer 503 with the reason.
+func TestConfigProblemRefusesEverything(t *testing.T) {
+	h := newLimHarness(t, func(c *server.Config) { c.AddProblem(errors.New("the pepper file is empty")) })
+	status, p, _ := h.send("GET", "/v1/limiters", limToken, "")
+	if status != 503 || !strings.Contains(p.Reason, "the pepper file is empty") {
+		t.Errorf("%d %q, want 503 with the problem", status, p.Reason)
 	}
 }
 

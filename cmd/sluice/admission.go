@@ -65,11 +65,6 @@ func (a admissionFlags) config() admission.Config {
 	cfg.Families = splitList(a.Families)
 	cfg.Split = a.FamilyBudgets
 	cfg.Fair = splitList(a.FairFamilies)
-	for i, f := range cfg.Fair {
-		if slices.Contains(cfg.Fair[:i], f) {
-			cfg.AddProblem(fmt.Errorf("fair family %q listed twice", f))
-		}
-	}
 	var err error
 	if cfg.Shares, err = admission.ParseShares(a.Shares); err != nil {
 		cfg.AddProblem(fmt.Errorf("shares (--shares): %w", err))

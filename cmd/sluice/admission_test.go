@@ -58,6 +58,7 @@ func TestAdmissionFlags(t *testing.T) {
 		{"malformed family budget", func(a *admissionFlags) { a.FamilyBudgets = "replay=many" }, "not a non-negative integer"},
 		{"family budget without a count", func(a *admissionFlags) { a.FamilyBudgets = "replay" }, "want name=count"},
 		{"parts above the total", func(a *admissionFlags) { a.FamilyBudgets = "offline=900000,replay=200000" }, "above the daily total"},
+		{"parts whose sum overflows", func(a *admissionFlags) { a.FamilyBudgets = "offline=9223372036854775807,replay=1" }, "above the daily total"},
 		{"duplicate family", func(a *admissionFlags) { a.Families = "replay,offline,replay" }, `family "replay" listed twice`},
 		{"empty family", func(a *admissionFlags) { a.Families = "replay,,offline" }, "family name"},
 		{"wrong-case family", func(a *admissionFlags) { a.FairFamilies = "Replay" }, `fair family "Replay" is not a configured family`},
@@ -135,6 +136,27 @@ func TestControlFamilyStopAndState(t *testing.T) {
 	}
 }
 
+// An empty --family (an unset shell variable, say) is refused: it never
+// becomes the global stop or resume that leaving the flag out asks for.
+func TestControlRefusesAnEmptyFamily(t *testing.T) {
+	flags := defaultAdmissionFlags()
+	flags.DailyBudget, flags.Families = "1000", "a,b"
+	hs := newAdmissionServer(t, flags)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_OPERATOR_TOKEN": testToken}
+	for _, args := range [][]string{
+		{"control", "stop", "--family", "", "--reason", "one family"},
+		{"control", "stop", "--family", " "},
+		{"control", "resume", "--family", ""},
+	} {
+		if out, err := runSluice(t, env, args...); err == nil || !strings.Contains(err.Error(), "--family") {
+			t.Errorf("%q: %v, %q; want a refusal naming --family", args, err, out)
+		}
+	}
+	if out, err := runSluice(t, env, "control", "state"); err != nil || !strings.HasPrefix(out, "running\n") || strings.Contains(out, "stopped") {
+		t.Errorf("state after the refusals: %v\n%s", err, out)
+	}
+}
+
 // TestHitCountAndFairnessReset spends one source's share with sluice hit,
 // resets it with sluice control fairness-reset, and spends it again: the
 // command-line tools hash identities alike.
@@ -191,6 +213,12 @@ func TestHitCountAndFairnessReset(t *testing.T) {
 	}
 	if _, err := runSluice(t, env, "control", "audit", "--limit", "5000"); err == nil || !strings.Contains(err.Error(), "limit 5000 above 1000") {
 		t.Errorf("audit --limit 5000: %v", err)
+	}
+	// A zero given is sent and refused, never read as "not given".
+	for _, bad := range [][]string{{"--limit", "0"}, {"--before", "0"}, {"--limit", "-1"}} {
+		if out, err := runSluice(t, env, append([]string{"control", "audit"}, bad...)...); err == nil || !strings.Contains(err.Error(), "at least 1") {
+			t.Errorf("audit %q: %v\n%s", bad, err, out)
+		}
 	}
 
 	for _, tc := range []struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -90,6 +91,29 @@ func TestControlReadsTheTokenFromTheDataDir(t *testing.T) {
 	}
 }
 
+// An empty --data-dir (SLUICE_DATA_DIR=) names no directory: the tools
+// refuse it rather than read credentials from the working directory.
+func TestToolsRefuseAnEmptyDataDir(t *testing.T) {
+	hs := newTestServer(t)
+	dir := t.TempDir()
+	for name, v := range map[string]string{operatorTokenFile: testToken, secretFile: testSecret, pepperFile: testPepper} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_DATA_DIR": ""}
+	for _, args := range [][]string{
+		{"control", "state"},
+		{"hit", "--partition", "p", "--limit", "1", "--window", "1m"},
+		{"control", "fairness-reset", "--family", "default", "--principal", "u", "--actor", "a"},
+	} {
+		if out, err := runSluice(t, env, args...); err == nil || !strings.Contains(err.Error(), "data directory") {
+			t.Errorf("%q with SLUICE_DATA_DIR empty: %v, %q; want a refusal naming the data directory", args, err, out)
+		}
+	}
+}
+
 func TestHitCommand(t *testing.T) {
 	hs := newTestServer(t)
 	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
@@ -119,6 +143,25 @@ func TestHitCommand(t *testing.T) {
 	}
 	if _, err := runSluice(t, env, "hit", "--limit", "1", "--window", "1m"); err == nil || !strings.Contains(err.Error(), "partition") {
 		t.Errorf("hit without a partition: %v", err)
+	}
+}
+
+// sluice hit refuses a --timeout the client would replace: zero (its
+// default), a negative one or one beyond its bounds (clamped), so the
+// call never runs on a timeout other than the one given.
+func TestHitRefusesATimeoutItWouldReplace(t *testing.T) {
+	hs := newTestServer(t)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	for i, timeout := range []string{"0", "-1s", "50ms", "5s"} {
+		out, err := runSluice(t, env, "hit", "--partition", fmt.Sprint("timeout:", i), "--limit", "10", "--window", "1m", "--timeout", timeout)
+		if err == nil || !strings.Contains(err.Error(), "--timeout") {
+			t.Errorf("hit --timeout %s: %v, %q; want a refusal naming --timeout", timeout, err, out)
+		}
+	}
+	for _, timeout := range []string{"100ms", "2s"} {
+		if out, err := runSluice(t, env, "hit", "--partition", "timeout:ok", "--limit", "10", "--window", "1m", "--timeout", timeout); err != nil {
+			t.Errorf("hit --timeout %s: %v, %q", timeout, err, out)
+		}
 	}
 }
 

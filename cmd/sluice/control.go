@@ -147,6 +147,9 @@ is durable and acknowledged only once it is stored: from then on this server
 admits nothing it covers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := familyGiven(cmd, stop.Family, "stop every RPC"); err != nil {
+				return err
+			}
 			return o.state(cmd.Context(), http.MethodPost, wire.PathStop, stop, cmd.OutOrStdout())
 		},
 	}
@@ -162,6 +165,9 @@ day, giving it a fresh allowance; fairness quotas are kept (see
 fairness-reset).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := familyGiven(cmd, resume.Family, "clear the global stop fence"); err != nil {
+				return err
+			}
 			return o.state(cmd.Context(), http.MethodPost, wire.PathResume, resume, cmd.OutOrStdout())
 		},
 	}
@@ -177,6 +183,16 @@ fairness-reset).`,
 	}
 	cmd.AddCommand(stopCmd, resumeCmd, stateCmd, newFairnessResetCmd(&o), newAuditCmd(&o))
 	return cmd
+}
+
+// familyGiven refuses a --family given empty, which the server would read
+// as no family at all, acting on the global fence: only leaving the flag
+// out asks for that act, which what names.
+func familyGiven(cmd *cobra.Command, family, what string) error {
+	if cmd.Flags().Changed("family") && strings.TrimSpace(family) == "" {
+		return fmt.Errorf("--family is empty: name a family, or leave --family out to %s", what)
+	}
+	return nil
 }
 
 func newAuditCmd(o *operatorRemote) *cobra.Command {
@@ -197,11 +213,13 @@ ends by naming the --before of the next, older page when there is one.`,
   sluice control audit --limit 20 --before 381`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// What is given is sent, zero included, for the server to
+			// refuse: never read as "not given".
 			q := url.Values{}
-			if limit != 0 {
+			if cmd.Flags().Changed("limit") {
 				q.Set("limit", strconv.Itoa(limit))
 			}
-			if before != 0 {
+			if cmd.Flags().Changed("before") {
 				q.Set("before", strconv.FormatInt(before, 10))
 			}
 			path := wire.PathAudit

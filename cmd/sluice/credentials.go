@@ -36,6 +36,9 @@ type credentials struct {
 	Pepper string
 	// OperatorToken is the bearer token of the operator endpoints.
 	OperatorToken string
+	// Problems are the credential files that hold no usable value, for
+	// the server to report (server.Config.AddProblem).
+	Problems []error
 }
 
 // ensureDataDir creates dir (mode 0700) if it is missing and warns when an
@@ -144,6 +147,10 @@ func syncDir(dir string) error {
 // readOneCredential returns the first value of the credential file name in
 // dataDir, for the command-line tools.
 func readOneCredential(dataDir, name string) (string, error) {
+	if dataDir == "" {
+		// filepath.Join would read the working directory's file.
+		return "", errors.New("the data directory (--data-dir, $SLUICE_DATA_DIR) is empty")
+	}
 	values, err := readCredential(filepath.Join(dataDir, name), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return "", err

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -94,5 +95,42 @@ func TestResolveCredentials(t *testing.T) {
 	again, err := resolveCredentials(cfg, discard)
 	if err != nil || again.OperatorToken != c.OperatorToken || again.Pepper != c.Pepper {
 		t.Errorf("a second start did not reuse the credentials: %v", err)
+	}
+}
+
+// A pepper or operator-token file that is empty or holds several lines is
+// an invalid configuration the server reports, refusing every RPC with the
+// reason: never a server without a pepper, a pepper other than the one
+// "cat pepper" gives the clients, or a token that matches nothing.
+func TestServeReportsAMalformedCredentialFile(t *testing.T) {
+	good := func(c byte) string { return strings.Repeat(string(c), 64) + "\n" }
+	for _, tc := range []struct {
+		name, file, content, reason string
+	}{
+		{"empty pepper", pepperFile, "", "pepper is empty"},
+		{"blank pepper", pepperFile, " \n\n", "pepper is empty"},
+		{"two peppers", pepperFile, good('p') + good('q'), "pepper holds 2 lines"},
+		{"two operator tokens", operatorTokenFile, good('o') + good('t'), "operator-token holds 2 lines"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			files := map[string]string{secretFile: good('s'), pepperFile: good('p'), operatorTokenFile: good('o')}
+			files[tc.file] = tc.content
+			for name, content := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			log, err := serveLogUntilListening(t, nil, "--data-dir", dir, "--store", "memory", "--addr", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(log, "refusing every RPC") || !strings.Contains(log, tc.reason) {
+				t.Errorf("log %q, want every RPC refused for %q", log, tc.reason)
+			}
+		})
 	}
 }

@@ -116,6 +116,11 @@ func newHitter(o *hitOptions) (h *hitter, release func(), err error) {
 	if o.Window%time.Millisecond != 0 || o.Window <= 0 {
 		return nil, nil, fmt.Errorf("--window %s: want a positive whole number of milliseconds", o.Window)
 	}
+	// The client reads a zero timeout as its default and clamps the
+	// others into its bounds: refuse what it would replace.
+	if o.Timeout < client.MinTimeout || o.Timeout > client.MaxTimeout {
+		return nil, nil, fmt.Errorf("--timeout %s: want %s…%s, the bounds of a client call", o.Timeout, client.MinTimeout, client.MaxTimeout)
+	}
 	cfg, err := o.clientConfig()
 	if err != nil {
 		return nil, nil, err

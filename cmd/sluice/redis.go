@@ -99,6 +99,21 @@ func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstor
 			errs = append(errs, fmt.Errorf("%w (--redis-tls-*, $SLUICE_REDIS_TLS_*)", err))
 		}
 	}
+	// redisstore.Config reads a zero Prefix, Timeout, Pipeline or
+	// WaitTimeout as "the default"; given here, each is what the operator
+	// set, so it is refused rather than replaced.
+	if r.Prefix == "" {
+		errs = append(errs, errors.New("--redis-prefix ($SLUICE_REDIS_PREFIX) is empty"))
+	}
+	if r.Timeout == 0 {
+		errs = append(errs, fmt.Errorf("--redis-timeout ($SLUICE_REDIS_TIMEOUT) is 0 (want a positive duration up to %s)", redisstore.MaxTimeout))
+	}
+	if r.Pipeline == 0 {
+		errs = append(errs, fmt.Errorf("--redis-pipeline ($SLUICE_REDIS_PIPELINE) is 0 (want 1…%d, or -1 to send every batch alone)", redisstore.MaxPipeline))
+	}
+	if r.WaitTimeout == 0 {
+		errs = append(errs, errors.New("--redis-wait-timeout ($SLUICE_REDIS_WAIT_TIMEOUT) is 0 (want a positive duration shorter than --redis-timeout)"))
+	}
 	cfg := redisstore.Config{Prefix: r.Prefix, Timeout: r.Timeout, AllowEviction: r.AllowEviction,
 		WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout, Pipeline: r.Pipeline}
 	if err := cfg.Validate(); err != nil {

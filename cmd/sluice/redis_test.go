@@ -45,6 +45,14 @@ func TestServeConfigRedisStore(t *testing.T) {
 			c.Store, c.Redis.WaitReplicas, c.Redis.WaitTimeout = "redis://h", 1, time.Second
 		}, "WaitTimeout"},
 		{"pipeline below -1", func(c *serveConfig) { c.Store, c.Redis.Pipeline = "redis://h", -2 }, "Pipeline"},
+		// Zero is the library's "default"; given as a setting it is what
+		// the operator asked for, and refused rather than replaced.
+		{"empty prefix", func(c *serveConfig) { c.Store, c.Redis.Prefix = "redis://h", "" }, "--redis-prefix"},
+		{"timeout of zero", func(c *serveConfig) { c.Store, c.Redis.Timeout = "redis://h", 0 }, "--redis-timeout"},
+		{"pipeline of zero", func(c *serveConfig) { c.Store, c.Redis.Pipeline = "redis://h", 0 }, "--redis-pipeline"},
+		{"wait of zero", func(c *serveConfig) {
+			c.Store, c.Redis.WaitReplicas, c.Redis.WaitTimeout = "redis://h", 1, 0
+		}, "--redis-wait-timeout"},
 		{"TLS files without TLS", func(c *serveConfig) {
 			c.Store, c.Redis.TLS.CAFile = "redis://:Secret1@h", "ca.pem"
 		}, "does not use TLS"},
@@ -79,6 +87,17 @@ func TestServeRefusesABadStoreURL(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "Secret1") {
 		t.Errorf("the error quotes the password: %v", err)
+	}
+}
+
+// An empty SLUICE_REDIS_PREFIX counts as set, as every variable does: the
+// server refuses it at start rather than writing under the default prefix,
+// which another deployment on the same Redis may be using.
+func TestServeRefusesAnEmptyRedisPrefix(t *testing.T) {
+	dir := t.TempDir()
+	_, err := runSluice(t, map[string]string{"SLUICE_STORE": "redis://127.0.0.1:1", "SLUICE_REDIS_PREFIX": "", "SLUICE_DATA_DIR": dir + "/data"}, "serve")
+	if err == nil || !strings.Contains(err.Error(), "--redis-prefix") {
+		t.Fatalf("serve: %v, want a refusal of the empty prefix", err)
 	}
 }
 
@@ -117,6 +136,13 @@ func TestRedisStoreOpens(t *testing.T) {
 // it did not start.
 func serveUntilListening(t *testing.T, env map[string]string, args ...string) error {
 	t.Helper()
+	_, err := serveLogUntilListening(t, env, args...)
+	return err
+}
+
+// serveLogUntilListening is serveUntilListening, returning serve's log too.
+func serveLogUntilListening(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	root := newRootCmd(mapEnv(env))
@@ -142,7 +168,7 @@ func serveUntilListening(t *testing.T, env map[string]string, args ...string) er
 	if err == nil && !strings.Contains(log.String(), "msg=listening") {
 		t.Fatalf("serve ended without error and without listening:\n%s", log.String())
 	}
-	return err
+	return log.String(), err
 }
 
 // The --redis-tls-* settings, given by their variables, reach the store:

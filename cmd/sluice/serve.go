@@ -40,8 +40,8 @@ With no configuration it listens on 127.0.0.1:7420 and keeps everything in
 ./sluice-data. On its first start it creates that directory (mode 0700) with a
 signing secret, a key pepper and an operator token (files "secret", "pepper"
 and "operator-token", mode 0600), so it is authenticated from its first
-second; later starts reuse them. --secrets and --operator-token replace the
-files.
+second; later starts reuse them. --secrets, --operator-token and --pepper
+replace the files.
 
 With --store redis://host:6379 (or rediss://, redis+cluster://host1:port,
 host2:port, redis+sentinel://host:26379/mastername) the quotas, replay
@@ -158,7 +158,7 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 	admCfg.Logger = log.With("component", "admission")
 	admCfg.StateRefresh = cfg.StateRefresh
 	logAdmission(log, admCfg)
-	srv := server.New(eng, server.Config{
+	srvCfg := server.Config{
 		Secrets:       creds.Secrets,
 		OperatorToken: creds.OperatorToken,
 		Pepper:        creds.Pepper,
@@ -167,7 +167,11 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 		Version:       version(),
 		Logger:        log,
 		Admission:     admission.New(eng, admCfg),
-	})
+	}
+	for _, p := range creds.Problems {
+		srvCfg.AddProblem(p)
+	}
+	srv := server.New(eng, srvCfg)
 	tracker := newRequestTracker()
 	httpCfg := cfg.HTTP
 	httpCfg.Logger = log.With("component", "http")
@@ -243,6 +247,22 @@ func resolveCredentials(cfg serveConfig, log *slog.Logger) (credentials, error) 
 		}
 		c.Secrets = v
 	}
+	// The pepper and the operator token are one value each: an empty file
+	// or one of several lines is reported, never a server without a
+	// pepper, with a pepper other than the one the clients read, or with
+	// a token picked from several.
+	one := func(name string, values []string) string {
+		path := filepath.Join(cfg.DataDir, name)
+		switch len(values) {
+		case 0:
+			c.Problems = append(c.Problems, fmt.Errorf("%s is empty", path))
+			return ""
+		case 1:
+			return values[0]
+		}
+		c.Problems = append(c.Problems, fmt.Errorf("%s holds %d lines (want one value)", path, len(values)))
+		return ""
+	}
 	if cfg.PepperSet {
 		c.Pepper = cfg.Pepper
 	} else {
@@ -250,9 +270,7 @@ func resolveCredentials(cfg serveConfig, log *slog.Logger) (credentials, error) 
 		if err != nil {
 			return c, err
 		}
-		if len(peppers) > 0 {
-			c.Pepper = peppers[0] // the line the tools read
-		}
+		c.Pepper = one(pepperFile, peppers)
 	}
 	if cfg.OperatorTokenSet {
 		c.OperatorToken = cfg.OperatorToken
@@ -261,9 +279,7 @@ func resolveCredentials(cfg serveConfig, log *slog.Logger) (credentials, error) 
 		if err != nil {
 			return c, err
 		}
-		// Several lines are kept joined, so the server refuses them as a
-		// token that matches nothing rather than picking one silently.
-		c.OperatorToken = strings.Join(v, "\n")
+		c.OperatorToken = one(operatorTokenFile, v)
 	}
 	dir := absPath(cfg.DataDir)
 	if len(created) > 0 {

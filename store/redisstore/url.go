@@ -193,7 +193,7 @@ func hostPort(h, defPort string) (string, error) {
 	if host == "" || strings.ContainsAny(host, "[]") {
 		return "", fmt.Errorf("host %q: malformed", h)
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+	if n, err := strconv.Atoi(port); err != nil || !digits(port) || n < 1 || n > 65535 {
 		return "", fmt.Errorf("host %q: port %q is not a number from 1 to 65535", h, port)
 	}
 	return net.JoinHostPort(host, port), nil
@@ -201,10 +201,16 @@ func hostPort(h, defPort string) (string, error) {
 
 func database(s string) (int, error) {
 	db, err := strconv.Atoi(s)
-	if err != nil || db < 0 {
+	if err != nil || !digits(s) {
 		return 0, fmt.Errorf("database %q is not a number of at least 0", s)
 	}
 	return db, nil
+}
+
+// digits reports whether s is decimal digits alone: strconv.Atoi also
+// takes a sign, which has no place in a port or a database number.
+func digits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // urlOptions are the query options a store URL may carry, and where each
@@ -226,8 +232,9 @@ var urlOptions = map[string]func(o *redis.UniversalOptions, v string) error{
 		return nil
 	},
 	"client_name": func(o *redis.UniversalOptions, v string) error {
-		if v == "" || strings.ContainsAny(v, " \t\r\n") {
-			return fmt.Errorf("%q (want a name without spaces)", v)
+		// Redis refuses (CLIENT SETNAME) any byte outside '!' … '~'.
+		if v == "" || strings.ContainsFunc(v, func(r rune) bool { return r < '!' || r > '~' }) {
+			return fmt.Errorf("%q (want a name of printable ASCII without spaces)", v)
 		}
 		o.ClientName = v
 		return nil
