@@ -47,9 +47,13 @@ type Config struct {
 	// root ("/device") and everything under it ("/device/", "/device/poll"),
 	// never a sibling that merely shares the prefix ("/devices"); "/*"
 	// matches every path. Paths are compared with the request's decoded
-	// URL.Path, byte for byte: list each spelling your router also routes
-	// to the handler (a trailing slash, say). All selected routes share
-	// one quota per client.
+	// URL.Path, byte for byte, and with that path as net/http's ServeMux
+	// cleans it (repeated slashes and dot segments resolved, a final slash
+	// kept, the empty path read as "/"), since a router that cleans paths
+	// routes the one as the other: "/login" also selects "//login" and
+	// "/x/../login". A trailing slash stays significant: list each
+	// spelling your router also routes to the handler ("/login/", say).
+	// All selected routes share one quota per client.
 	Routes []string
 
 	// Prefix names the stage's counters: every partition the stage writes

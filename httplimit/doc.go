@@ -25,9 +25,14 @@ the stage so that they see its rejections too.
 
 [Config.Routes] selects the paths a stage limits. "/login" selects that
 path for every method; "/device/*" selects "/device" and everything under
-it, and never "/devices". A request to any other path passes straight
-through and costs no store I/O. All selected paths share one quota per
-client: protect two routes with separate quotas by installing two stages.
+it, and never "/devices". A request is matched by its decoded URL.Path,
+and by that path as net/http's ServeMux cleans it, the path a router that
+cleans paths routes it by: "//login", "/x/../login" and "/login/." count
+as "/login", and the empty path as "/". A trailing slash stays
+significant: "/login/" is another path. A request to any other path
+passes straight through and costs no store I/O. All selected paths share
+one quota per client: protect two routes with separate quotas by
+installing two stages.
 
 Stages compose independently. Each has its own routes, quota and
 [Config.Prefix], the namespace of its counters in the store; stages

@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/engine"
@@ -111,6 +114,93 @@ func TestOnlySelectedPathsTouchTheStore(t *testing.T) {
 				t.Errorf("%s %s: RateLimit field present = %v, want %v", m, c.path, hasFields, c.selected)
 			}
 		}
+	}
+}
+
+// A path a router may route as a selected one is selected too: repeated
+// slashes and dot segments are resolved, as path-cleaning routers resolve
+// them, and the empty path is the root. The path as sent still counts, so
+// that a router reading the path as sent is covered as well; a trailing
+// slash stays significant.
+func TestUncleanPathsAreSelected(t *testing.T) {
+	mem, _ := newMem(t, 1000)
+	store := &countingStore{Store: mem}
+	h, _ := stage(t, config(store, 1_000, "/", "/x/*", "/device/start", "/api/"))
+	cases := []struct {
+		target   string
+		selected bool
+	}{
+		{"http://example.com", true}, // the empty path
+		{"/device//start", true},
+		{"//device/start", true},
+		{"/device/./start", true},
+		{"/device/start/.", true},
+		{"/device/%2E/start", true},
+		{"/device/poll/../start", true},
+		{"/y/../device/start", true},
+		{"/y/%2e%2e/device/start", true},
+		{"/device/../../device/start", true},
+		{"/device/start/x/..", true},
+		{"/xs/../x", true},
+		{"/x//a", true},
+		{"/x/a/../../../y", true}, // the path as sent is under /x
+		{"/api//", true},
+		{"/api/.", false}, // "/api", as net/http's ServeMux cleans it
+		{"/device//start/", false},
+		{"/device/start/./", false},
+		{"/device/.start", false},
+		{"/device/start..", false},
+		{"/xs//a", false},
+		{"/y/./z", false},
+		{"/z/../y", false},
+	}
+	for _, c := range cases {
+		before := store.applies.Load()
+		req := httptest.NewRequest(http.MethodGet, c.target, nil)
+		req.RemoteAddr = "198.51.100.4:1234"
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		if calls := store.applies.Load() - before; calls != 0 != c.selected || calls > 1 {
+			t.Errorf("%s (path %q): %d store calls, selected %v", c.target, req.URL.Path, calls, c.selected)
+		}
+	}
+}
+
+// Behind chi's CleanPath, which routes by the cleaned path and leaves
+// URL.Path as sent, and for the empty path, which chi routes as "/" of
+// itself, the protected handlers never run past the quota.
+func TestCleaningRouterCannotBypassTheQuota(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		clean   bool
+		method  string
+		route   string
+		targets []string
+	}{
+		{"CleanPath", true, http.MethodPost, "/device/start", []string{"/device/start", "/device//start", "/device/./start", "/x/../device/start", "//device/start"}},
+		{"root", false, http.MethodGet, "/", []string{"http://example.com/", "http://example.com", "http://example.com", "http://example.com"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem, _ := newMem(t, 100)
+			lim, err := httplimit.New(config(mem, 2, c.route))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ran int
+			r := chi.NewRouter()
+			if c.clean {
+				r.Use(middleware.CleanPath)
+			}
+			r.Use(lim.Handler)
+			r.MethodFunc(c.method, c.route, func(w http.ResponseWriter, r *http.Request) { ran++ })
+			for _, target := range c.targets {
+				req := httptest.NewRequest(c.method, target, nil)
+				req.RemoteAddr = "192.0.2.7:1"
+				r.ServeHTTP(httptest.NewRecorder(), req)
+			}
+			if ran != 2 {
+				t.Errorf("the handler ran %d times for %q, want the limit of 2", ran, c.targets)
+			}
+		})
 	}
 }
 

@@ -120,7 +120,7 @@ func New(cfg Config) (*Limiter, error) {
 // net/http, chi (Use, With), and echo through echo.WrapMiddleware.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !l.routes.match(r.URL.Path) {
+		if !l.routes.selects(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -48,4 +49,45 @@ func (rs *routes) match(path string) bool {
 		}
 	}
 	return false
+}
+
+// selects reports whether a request for path is selected: path as the
+// request spells it, or path as net/http's ServeMux cleans it (repeated
+// slashes and dot segments resolved, a final slash kept, the empty path
+// read as "/"). A router that cleans paths before routing (chi's
+// CleanPath, gin's RemoveExtraSlash) routes the one as the other while
+// URL.Path keeps the spelling sent, and the spellings of a path are
+// without number, so none of them may escape its quota. It allocates
+// nothing for a clean path.
+func (rs *routes) selects(path string) bool {
+	if rs.match(path) {
+		return true
+	}
+	if clean, ok := cleanPath(path); ok {
+		return rs.match(clean)
+	}
+	return false
+}
+
+// cleanPath returns p cleaned as net/http's ServeMux cleans a request's
+// path, and whether that differs from p. A path that does not start with a
+// slash ("*") is left alone.
+func cleanPath(p string) (string, bool) {
+	switch {
+	case p == "":
+		return "/", true
+	case p[0] != '/' || !strings.Contains(p, "//") && !strings.Contains(p, "/."):
+		return p, false
+	}
+	np := path.Clean(p)
+	// path.Clean drops a final slash; put it back, without allocating when
+	// only that slash went.
+	if p[len(p)-1] == '/' && np != "/" {
+		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
+			np = p
+		} else {
+			np += "/"
+		}
+	}
+	return np, np != p
 }
