@@ -37,9 +37,9 @@ type Config struct {
 	// different from every secret and from the operator token.
 	Pepper string
 	// LimitsKey, if set, is a bearer token granting /v1/limiters and
-	// nothing else: at least wire.MinSecretLen bytes and different from
-	// every secret, the operator token and the pepper. The operator token
-	// grants /v1/limiters too.
+	// /v1/policies and nothing else: at least wire.MinSecretLen bytes and
+	// different from every secret, the operator token and the pepper. The
+	// operator token grants them too.
 	LimitsKey string
 	// Admission, if set, admits every authenticated, valid RPC after the
 	// stop fence and before any subject command (family budgets, fairness

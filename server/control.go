@@ -81,6 +81,10 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeProblem(w, wire.CodeInvalid, "malformed JSON: data after the object")
 		return false
 	}
+	if err := wire.CheckStrict(body, v); err != nil {
+		writeProblem(w, wire.CodeInvalid, "malformed JSON: "+err.Error())
+		return false
+	}
 	return true
 }
 

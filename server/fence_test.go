@@ -130,6 +130,8 @@ func TestOperatorBodyRefusals(t *testing.T) {
 		{"over 4 KiB", strings.NewReader(`{"reason":"` + strings.Repeat("x", 5<<10) + `"}`), http.StatusRequestEntityTooLarge},
 		{"unreadable", iotest.ErrReader(errors.New("connection reset")), http.StatusBadRequest},
 		{"malformed", strings.NewReader(`{"reason":`), http.StatusBadRequest},
+		{"member in another case", strings.NewReader(`{"Family":"default"}`), http.StatusBadRequest},
+		{"member twice", strings.NewReader(`{"family":"default","family":""}`), http.StatusBadRequest},
 	} {
 		if rec := send(tc.body); rec.Code != tc.status {
 			t.Errorf("%s: %d %s, want %d", tc.name, rec.Code, rec.Body, tc.status)

@@ -210,6 +210,10 @@ func (s *Server) patchLimiter(w http.ResponseWriter, r *http.Request, name strin
 		writeProblem(w, wire.CodeInvalid, "malformed JSON: data after the object")
 		return
 	}
+	if err := wire.CheckStrict(body, &patch); err != nil {
+		writeProblem(w, wire.CodeInvalid, fmt.Sprintf("limiter %q: malformed JSON: %v", name, err))
+		return
+	}
 	// The patch function of Reconfigure cannot fail: a patch that does
 	// not apply leaves a zero configuration, which fails validation, so
 	// that nothing is written; its own error is then the answer.
@@ -311,6 +315,9 @@ func decodeLimiterConfig(body []byte) (wire.LimiterConfig, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return wire.LimiterConfig{}, errors.New("malformed JSON: data after the object")
+	}
+	if err := wire.CheckStrict(body, &cfg); err != nil {
+		return wire.LimiterConfig{}, fmt.Errorf("malformed JSON: %w", err)
 	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(body, &members); err != nil || members == nil {

@@ -177,6 +177,9 @@ func decodePolicyConfig(body []byte) (wire.PolicyConfig, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return wire.PolicyConfig{}, errors.New("malformed JSON: data after the object")
 	}
+	if err := wire.CheckStrict(body, &cfg); err != nil {
+		return wire.PolicyConfig{}, fmt.Errorf("malformed JSON: %w", err)
+	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(body, &members); err != nil || members == nil {
 		return wire.PolicyConfig{}, errors.New("malformed JSON: want a quota object")

@@ -209,6 +209,8 @@ func TestPoliciesRefuseBadInput(t *testing.T) {
 		{"every problem", "PUT", "/v1/policies/login", `{"limit":5000,"windowMs":10,"kind":"log"}`, 400, wire.CodeInvalid, "limit 5000 outside 1…4096; windowMs 10 outside 1000…"},
 		{"unknown kind", "PUT", "/v1/policies/login", strings.Replace(complete, `fixed`, `token`, 1), 400, wire.CodeInvalid, `kind "token" is not fixed, sliding, log or gcra`},
 		{"data after", "PUT", "/v1/policies/login", complete + `{}`, 400, wire.CodeInvalid, "data after the object"},
+		{"member in another case", "PUT", "/v1/policies/login", strings.Replace(complete, `}`, `,"LIMIT":999}`, 1), 400, wire.CodeInvalid, `unknown field "LIMIT"`},
+		{"member twice", "PUT", "/v1/policies/login", strings.Replace(complete, `}`, `,"limit":999}`, 1), 400, wire.CodeInvalid, `"limit" given twice`},
 		{"bad name", "PUT", "/v1/policies/has%20space", complete, 400, wire.CodeInvalid, "only letters, digits"},
 		{"long name", "PUT", "/v1/policies/" + strings.Repeat("a", 65), complete, 400, wire.CodeInvalid, "65 bytes"},
 		{"too large", "PUT", "/v1/policies/login", strings.Repeat(" ", 5000) + complete, 413, wire.CodeTooLarge, "over 4 KiB"},

@@ -7,7 +7,8 @@
 // caller can send before its signature is verified is bounded and parsed by
 // nothing but the signature check. POST /v1/rpcs, the envelope of several
 // requests, checks its own configuration, bound and signature the same way
-// and then runs each request it carries as /v1/rpc would, concurrently.
+// and then runs each request it carries as /v1/rpc would: concurrently on
+// a store reached over the network, one after another on any other.
 package server
 
 import (

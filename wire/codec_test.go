@@ -16,7 +16,8 @@ import (
 )
 
 // referenceDecodeRequest is the server's decoder before DecodeRequest: strict
-// encoding/json. DecodeRequest must agree with it on every input.
+// encoding/json, then CheckStrict. DecodeRequest must agree with it on
+// every input.
 func referenceDecodeRequest(body []byte) (*Request, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -26,6 +27,9 @@ func referenceDecodeRequest(body []byte) (*Request, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the object")
+	}
+	if err := CheckStrict(body, &r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

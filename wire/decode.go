@@ -18,9 +18,11 @@ import (
 //
 // Bodies as Sluice's clients write them take a fast path without
 // reflection; anything else — any JSON the fast path does not handle, valid
-// or not — is decoded by encoding/json with unknown fields disallowed,
-// which then decides. Both paths decode the same bytes to the same Request
-// and refuse the same bodies.
+// or not — is decoded by encoding/json with unknown fields disallowed and
+// then checked by CheckStrict, which together decide: a member named in
+// another case or given twice, and a string that is not UTF-8, are
+// refused. Both paths decode the same bytes to the same Request and refuse
+// the same bodies.
 func DecodeRequest(body []byte, r *Request) error {
 	*r = Request{}
 	s := scanner{data: body}
@@ -40,6 +42,9 @@ func decodeRequestSlow(body []byte, r *Request) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("malformed JSON: data after the request object")
+	}
+	if err := CheckStrict(body, r); err != nil {
+		return fmt.Errorf("malformed JSON: %w", err)
 	}
 	return nil
 }

@@ -82,6 +82,9 @@ func DecodeEnvelope(body []byte, dst [][]byte) ([][]byte, error) {
 		if _, err := dec.Token(); err != io.EOF {
 			return dst, errors.New("malformed JSON: data after the envelope object")
 		}
+		if err := CheckStrict(body, &env); err != nil {
+			return dst, fmt.Errorf("malformed JSON: %w", err)
+		}
 		for _, r := range env.Requests {
 			dst = append(dst, r)
 		}

@@ -12,7 +12,8 @@ import (
 	"pgregory.net/rapid"
 )
 
-// referenceDecodeEnvelope is DecodeEnvelope by encoding/json alone.
+// referenceDecodeEnvelope is DecodeEnvelope by encoding/json alone, then
+// CheckStrict.
 func referenceDecodeEnvelope(body []byte) ([]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -22,6 +23,9 @@ func referenceDecodeEnvelope(body []byte) ([]json.RawMessage, error) {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, errors.New("data after the object")
+	}
+	if err := CheckStrict(body, &env); err != nil {
+		return nil, err
 	}
 	if len(env.Requests) == 0 || len(env.Requests) > MaxEnvelope {
 		return nil, errors.New("count")

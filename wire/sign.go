@@ -143,7 +143,11 @@ func (v *Verifier) Verify(now time.Time, timestampHeader, signatureHeader, metho
 		return ErrMissingSignature
 	}
 	ts, err := strconv.ParseInt(timestampHeader, 10, 64)
-	if err != nil {
+	// The MAC covers the timestamp as the signer formats it, so a header
+	// spelling the number otherwise (a sign, leading zeros) is not the
+	// one signed: it is refused rather than read as that number.
+	var canonical [20]byte
+	if err != nil || string(strconv.AppendInt(canonical[:0], ts, 10)) != timestampHeader {
 		return fmt.Errorf("%w: timestamp %q is not Unix seconds", ErrMissingSignature, truncate(timestampHeader))
 	}
 	hexSig, ok := strings.CutPrefix(signatureHeader, signaturePrefix)

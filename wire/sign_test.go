@@ -2,8 +2,12 @@ package wire
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -116,5 +120,40 @@ func TestWorkedExample(t *testing.T) {
 	}
 	if got := Sign(secret, 1767225600, "POST", PathRPC, body); got != want {
 		t.Errorf("Sign = %s, want %s", got, want)
+	}
+}
+
+// TestVerifyTimestampAsSent checks that the timestamp header is what the
+// MAC covers, byte for byte: a header in another spelling of the same
+// number (a sign, leading zeros) is refused whether the MAC covers it as
+// sent or as the number, and the skew holds at exactly 60 s either way.
+func TestVerifyTimestampAsSent(t *testing.T) {
+	secret := []byte(strings.Repeat("s", 32))
+	body := []byte(`{"operationId":"o"}`)
+	now := time.Unix(1_767_225_600, 0)
+	v := NewVerifier([][]byte{secret})
+	for _, header := range []string{"+1767225600", "01767225600", "-0", "00"} {
+		asSent := hmac.New(sha256.New, secret)
+		asSent.Write([]byte("sluice-v1\n" + header + "\nPOST\n" + PathRPC + "\n"))
+		asSent.Write(body)
+		ts, _ := strconv.ParseInt(header, 10, 64)
+		for name, sig := range map[string]string{
+			"as sent":       signaturePrefix + hex.EncodeToString(asSent.Sum(nil)),
+			"as the number": Sign(secret, ts, "POST", PathRPC, body),
+		} {
+			if err := v.Verify(time.Unix(ts, 0), header, sig, "POST", PathRPC, body); err == nil {
+				t.Errorf("timestamp %q signed %s: accepted", header, name)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		skew int64
+		ok   bool
+	}{{-61, false}, {-60, true}, {0, true}, {60, true}, {61, false}} {
+		ts := now.Unix() + tc.skew
+		err := v.Verify(now, strconv.FormatInt(ts, 10), Sign(secret, ts, "POST", PathRPC, body), "POST", PathRPC, body)
+		if ok := err == nil; ok != tc.ok || !ok && !errors.Is(err, ErrStaleSignature) {
+			t.Errorf("skew %d s: %v", tc.skew, err)
+		}
 	}
 }

@@ -10,10 +10,12 @@
 //
 // The messages are JSON. AppendRequest and AppendResponse write exactly the
 // bytes json.Marshal writes, without reflection; DecodeRequest (strict:
-// unknown fields and trailing data are errors) and DecodeResponse (lenient:
-// unknown fields are skipped) decode what Sluice writes on a fast path and
-// leave everything else to encoding/json, which decides, so they accept and
-// refuse exactly what encoding/json does.
+// unknown fields, trailing data, a member named in another case or given
+// twice and strings that are not UTF-8 are errors) and DecodeResponse
+// (lenient: unknown fields are skipped) decode what Sluice writes on a fast
+// path and leave everything else to encoding/json, which decides (with
+// CheckStrict, for DecodeRequest), so they accept and refuse exactly what
+// that does.
 package wire
 
 import (
