@@ -46,7 +46,7 @@ func windowRecord(k algo.Kind) engine.RecordKind {
 // runHit runs b, which has the shape hitShape accepts, on sh at now, whose
 // lock the caller holds. It reports false if it left b to the executor,
 // having changed nothing.
-func (s *Store) runHit(sh *shard, b *engine.Batch, phash uint64, now int64, out *engine.StepResult) (bool, error) {
+func (s *Store) runHit(sh *shard, b *engine.Batch, phash uint64, now int64, left int, out *engine.StepResult) (bool, error) {
 	c := &b.Commands[0]
 	w := &c.Windows[0]
 	kind := windowRecord(w.Kind)
@@ -75,7 +75,7 @@ func (s *Store) runHit(sh *shard, b *engine.Batch, phash uint64, now int64, out 
 			s.keys.Add(-1)
 			sh.one[0] = engine.Write{Key: w.Key}
 			cs := [1]change{{v, sh.one[:]}}
-			err := s.reserveKeys(now, cs[:])
+			err := s.reserveKeys(now, left, cs[:])
 			sh.one[0] = engine.Write{}
 			if err != nil {
 				return true, err

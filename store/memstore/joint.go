@@ -76,9 +76,10 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 	}()
 
 	now := engine.UnixMilli(s.clock)
+	left := SweepBatch // what the step's sweeps may still remove
 	for _, k := range shards {
 		if sh := &s.shards[k]; now >= sh.nextExpiry && now >= sh.pausedUntil {
-			s.sweep(sh, now, false)
+			left -= s.sweep(sh, now, false, left)
 		}
 	}
 	denied := false
@@ -106,7 +107,7 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 		}
 	}
 	if len(cs) > 0 {
-		if err := s.reserveKeys(now, cs); err != nil {
+		if err := s.reserveKeys(now, left, cs); err != nil {
 			return err
 		}
 	}

@@ -9,8 +9,9 @@
 // batch that would create a new key with engine.ErrCapacity, after first
 // trying to reclaim expired records; it never evicts a live record (a live
 // quota, lease or replay record) to make room. Expired records are removed
-// lazily: a batch removes at most 32 of them from its shard, and only when
-// the shard's earliest expiry has passed, so the hot path pays nothing for
+// lazily: a batch removes at most 32 of them (SweepBatch), from its shard
+// and, at capacity, from others, and only when the shard's earliest
+// expiry has passed, so the hot path pays nothing for
 // expiry; a shard whose last sweep found few expired records among many
 // pauses its sweeps for SweepPause, so that one always holding a few
 // expired records (windows of milliseconds) is not swept on every batch.
@@ -50,7 +51,8 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// SweepBatch is the most expired records one batch removes.
+// SweepBatch is the most expired records one batch (or joint step) removes,
+// in passing and to make room at capacity together.
 const SweepBatch = 32
 
 // SweepPause is how long a shard's batches stop sweeping after a sweep that
@@ -284,11 +286,12 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	defer sh.mu.Unlock()
 
 	now := engine.UnixMilli(s.clock)
+	left := SweepBatch // what the batch's sweeps may still remove
 	if now >= sh.nextExpiry && now >= sh.pausedUntil {
-		s.sweep(sh, now, false)
+		left -= s.sweep(sh, now, false, left)
 	}
 	if hitShape(b) && !s.noFastPath {
-		if done, err := s.runHit(sh, b, phash, now, out); done {
+		if done, err := s.runHit(sh, b, phash, now, left, out); done {
 			return err
 		}
 	}
@@ -303,7 +306,7 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		return err
 	}
 	cs := [1]change{{v, writes}}
-	if err := s.reserveKeys(now, cs[:]); err != nil {
+	if err := s.reserveKeys(now, left, cs[:]); err != nil {
 		return err
 	}
 	s.commit(v, writes)
@@ -343,14 +346,17 @@ func (s *Store) commit(v *view, writes []engine.Write) {
 
 // reserveKeys counts the keys the changes would create and reserves them
 // against the cap. If the store is full it sweeps expired records, first
-// from the changes' shards, then from the others; a sweep may remove
-// expired records that the changes then create anew, so each attempt
-// counts again. These sweeps examine a whole shard if need be: a new key
-// is refused only when no shard it could sweep holds an expired record. A
-// shard's earliest expiry gates them, so a full store refusing new keys
-// scans a shard again only once one of its records has expired. The
-// caller holds the lock of every change's shard.
-func (s *Store) reserveKeys(now int64, cs []change) error {
+// from the changes' shards, then from the others, removing at most left
+// (what the batch's sweeps may still remove: SweepBatch in all); a sweep
+// may remove expired records that the changes then create anew, so each
+// attempt counts again. These sweeps examine a whole shard if need be: a
+// new key is refused only when no shard it could sweep holds an expired
+// record, or the batch has already removed SweepBatch records (room that
+// concurrent batches took meanwhile). A shard's earliest expiry gates
+// them, so a full store refusing new keys scans a shard again only once
+// one of its records has expired. The caller holds the lock of every
+// change's shard.
+func (s *Store) reserveKeys(now int64, left int, cs []change) error {
 	for attempt := 0; ; attempt++ {
 		var created int64
 		for _, c := range cs {
@@ -366,44 +372,45 @@ func (s *Store) reserveKeys(now int64, cs []change) error {
 			return nil
 		}
 		s.keys.Add(-created)
-		switch attempt {
-		case 0:
+		if attempt > 1 || left <= 0 {
+			return fmt.Errorf("%w: %d records held (max %d)", engine.ErrCapacity, s.keys.Load(), s.max)
+		}
+		if attempt == 0 {
 			for k, c := range cs {
 				if sh := c.v.sh; now >= sh.nextExpiry && !slices.ContainsFunc(cs[:k], func(o change) bool { return o.v.sh == sh }) {
-					s.sweep(sh, now, true)
+					left -= s.sweep(sh, now, true, left)
 				}
 			}
 			for _, c := range cs {
 				c.v.forget() // a sweep may have removed what it remembers
 			}
-		case 1:
-			// The other shards the changes hold are locked: sweepOthers
-			// skips them.
-			s.sweepOthers(cs[0].v.sh, now, created)
-		default:
-			return fmt.Errorf("%w: %d records held (max %d)", engine.ErrCapacity, s.keys.Load(), s.max)
+			continue
 		}
+		// The other shards the changes hold are locked: sweepOthers skips
+		// them.
+		left -= s.sweepOthers(cs[0].v.sh, now, created, left)
 	}
 }
 
 // sweepOthers sweeps the shards but sh that hold expired records until it
-// has removed need records, so that an expired record anywhere makes room
-// for a new key. It skips a shard whose lock is taken rather than wait: the
-// caller holds sh's lock (and, in a joint step, the locks of other shards,
-// whose TryLock fails), and waiting could deadlock with a batch doing the
-// same from that shard.
-func (s *Store) sweepOthers(sh *shard, now, need int64) {
-	var removed int64
-	for i := 0; i < len(s.shards) && removed < need; i++ {
+// has removed need records, or left, so that an expired record anywhere
+// makes room for a new key. It skips a shard whose lock is taken rather
+// than wait: the caller holds sh's lock (and, in a joint step, the locks
+// of other shards, whose TryLock fails), and waiting could deadlock with a
+// batch doing the same from that shard. It returns the records removed.
+func (s *Store) sweepOthers(sh *shard, now, need int64, left int) int {
+	removed := 0
+	for i := 0; i < len(s.shards) && int64(removed) < need && removed < left; i++ {
 		o := &s.shards[i]
 		if o == sh || !o.mu.TryLock() {
 			continue
 		}
 		if now >= o.nextExpiry {
-			removed += int64(s.sweep(o, now, true))
+			removed += s.sweep(o, now, true, left-removed)
 		}
 		o.mu.Unlock()
 	}
+	return removed
 }
 
 // rewritten reports whether a later write in writes touches the key of
@@ -417,12 +424,15 @@ func rewritten(writes []engine.Write, i int) bool {
 	return false
 }
 
-// sweep removes up to SweepBatch expired records from sh. A routine sweep,
-// the one a batch makes in passing, examines at most 4 × SweepBatch records;
-// a sweep for room (full) examines the whole shard if need be. When a sweep
-// examines the whole shard it also recomputes the shard's earliest expiry. It
-// returns the number of records removed.
-func (s *Store) sweep(sh *shard, now int64, full bool) int {
+// sweep removes up to limit (at most SweepBatch) expired records from sh.
+// A routine sweep, the one a batch makes in passing, examines at most 4 ×
+// SweepBatch records; a sweep for room (full) examines the whole shard if
+// need be. When a sweep examines the whole shard it also recomputes the
+// shard's earliest expiry. It returns the number of records removed.
+func (s *Store) sweep(sh *shard, now int64, full bool, limit int) int {
+	if limit <= 0 {
+		return 0
+	}
 	removed, examined := 0, 0
 	next := int64(math.MaxInt64)
 	complete := true
@@ -444,7 +454,7 @@ scan:
 				prev = r
 			}
 			r = after
-			if removed == SweepBatch || !full && examined == 4*SweepBatch {
+			if removed == limit || !full && examined == 4*SweepBatch {
 				complete = false
 				break scan
 			}
@@ -455,7 +465,7 @@ scan:
 	}
 	if complete {
 		sh.nextExpiry = next
-	} else if removed < SweepBatch {
+	} else if removed < limit {
 		// Few of the records examined had expired: sweeping on every batch
 		// would cost more than those records do.
 		sh.pausedUntil = now + SweepPause.Milliseconds()

@@ -463,6 +463,51 @@ func TestSweepPause(t *testing.T) {
 // TestCapacityExaminesTheWholeShard checks that a batch needing room finds
 // an expired record wherever it sits in its shard, not only among the
 // records a routine sweep examines.
+// TestSweepBatchPerStep: a batch, or a joint step over several shards,
+// removes at most SweepBatch expired records in all, in passing and to
+// make room at capacity together, however many shards it touches and
+// however many expired records they hold.
+func TestSweepBatchPerStep(t *testing.T) {
+	const shards, expired = 8, 800 // about 100 expired records per shard
+	fill := func(t *testing.T, maxKeys int) *fixture {
+		f := newFixture(t, maxKeys, shards)
+		for i := range expired {
+			f.must("e"+strconv.Itoa(i), engine.Set("k", "v", 1000))
+		}
+		f.clock.Advance(time.Second)
+		return f
+	}
+	t.Run("joint step", func(t *testing.T) {
+		f := fill(t, 10_000)
+		var bs []*engine.Batch
+		for i := range engine.MaxJointBatches {
+			bs = append(bs, &engine.Batch{Partition: "j" + strconv.Itoa(i), Commands: []engine.Command{engine.Get("k")}})
+		}
+		outs := make([]engine.StepResult, len(bs))
+		before := f.store.Len()
+		if err := f.store.ApplyJoint(t.Context(), bs, outs); err != nil {
+			t.Fatal(err)
+		}
+		if removed := before - f.store.Len(); removed < 1 || removed > memstore.SweepBatch {
+			t.Errorf("a joint step on %d partitions removed %d expired records, want 1…%d", len(bs), removed, memstore.SweepBatch)
+		}
+	})
+	t.Run("at capacity", func(t *testing.T) {
+		for round := range 20 {
+			f := fill(t, expired)
+			cmds := make([]engine.Command, engine.MaxCommandsPerStep)
+			for i := range cmds {
+				cmds[i] = engine.Set("n"+strconv.Itoa(i), "v", 60_000)
+			}
+			before := f.store.Len()
+			f.must("new"+strconv.Itoa(round), cmds...)
+			if removed := before + len(cmds) - f.store.Len(); removed < len(cmds) || removed > memstore.SweepBatch {
+				t.Fatalf("round %d: a batch creating %d keys in a full store removed %d expired records, want %d…%d", round, len(cmds), removed, len(cmds), memstore.SweepBatch)
+			}
+		}
+	})
+}
+
 func TestCapacityExaminesTheWholeShard(t *testing.T) {
 	const live = 2000 // a routine sweep examines 128 of them
 	for round := range 20 {
