@@ -495,9 +495,14 @@ func (a *Admitter) setStopCache(f *family, day int64, stopped bool, reason strin
 }
 
 // fresh reports whether a cached stop state for day may still be used at
-// now.
+// now. A copy read after now (the clock stepped back) is not fresh: its age
+// is unknown, and it must not outlive StateRefresh by the size of the step.
 func (a *Admitter) fresh(c *stopCache, now time.Time, day int64) bool {
-	return c != nil && c.day == day && now.Sub(c.loaded) < a.cfg.StateRefresh
+	if c == nil || c.day != day {
+		return false
+	}
+	age := now.Sub(c.loaded)
+	return age >= 0 && age < a.cfg.StateRefresh
 }
 
 // stopState returns f's stop state for day, from the cache when it is
