@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -601,5 +603,48 @@ func TestChunkIsCappedAtOnePercentOfTheAllowance(t *testing.T) {
 	st, err := a.State(context.Background())
 	if err != nil || st[0].Used != 100 || st[0].LeasedLeft != 99 {
 		t.Fatalf("state %+v, %v: want a lease of 100 (1 %% of 10,000), 99 of it unspent", st, err)
+	}
+}
+
+// TestBudgetAboveTheLargestCounterIsRefused: a family's daily budget must
+// fit the store's counters (algo.MaxLimit). A larger one is a
+// configuration error with a clear reason, not a store failure met and
+// logged by every RPC.
+func TestBudgetAboveTheLargestCounterIsRefused(t *testing.T) {
+	fx := newFixture(t)
+	for _, c := range []struct {
+		total    int64
+		families []string
+		split    string
+		ok       bool
+	}{
+		{total: algo.MaxLimit, ok: true},
+		{total: algo.MaxLimit + 1},
+		{total: 4 * algo.MaxLimit, families: []string{"a", "b", "c", "d"}, ok: true},
+		{total: 4*algo.MaxLimit + 4, families: []string{"a", "b", "c", "d"}},
+		{total: 4 * algo.MaxLimit, families: []string{"a", "b"}, split: "a=" + strconv.FormatInt(algo.MaxLimit+1, 10)},
+	} {
+		cfg := smallConfig(c.total)
+		cfg.Families, cfg.Split = c.families, c.split
+		a := fx.admitter(cfg)
+		if c.ok {
+			if err := a.Err(); err != nil {
+				t.Errorf("total %d over %v: %v", c.total, c.families, err)
+			}
+			continue
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "above the largest") {
+			t.Errorf("total %d over %v, split %q: Validate() = %v, want the budget above the largest refused", c.total, c.families, c.split, err)
+		}
+		fam := DefaultFamily
+		if len(c.families) > 0 {
+			fam = c.families[0]
+		}
+		if err := a.Admit(context.Background(), rpc(fam, 1)); code(err) != wire.CodeUnavailable || !strings.Contains(err.Error(), "invalid admission configuration") {
+			t.Errorf("total %d over %v, split %q: Admit = %v, want guard_unavailable for the configuration", c.total, c.families, c.split, err)
+		}
+	}
+	if n := fx.logs.count("admission store failure"); n != 0 {
+		t.Errorf("%d store failures logged, want none", n)
 	}
 }

@@ -58,13 +58,14 @@ type family struct {
 	// denial allocates nothing.
 	limited [numAxes]error
 
-	// The leased chunk: left commands leased for day, out of leased
-	// commands of the day's durable allowance leased by every server as of
-	// this server's last lease. The fast path takes from left with a
-	// compare-and-swap; mu serialises leases.
+	// The leased chunk: cur holds what is left of the commands leased for
+	// its day, out of leased commands of the day's durable allowance leased
+	// by every server as of this server's last lease. The fast path takes
+	// from cur with a compare-and-swap; mu serialises leases and replaces
+	// cur (a new day, a resume), so that nothing taken from a chunk before
+	// it was replaced is ever given back to its successor.
 	mu     sync.Mutex
-	day    atomic.Int64
-	left   atomic.Int64
+	cur    atomic.Pointer[chunk]
 	leased atomic.Int64
 	// held counts the commands taken by RPCs whose fairness charge is
 	// still running: they go back to the chunk if it refuses. A lease
@@ -90,6 +91,13 @@ type family struct {
 	// deniedDay is the last day a denial of this family was remembered:
 	// before the first one of a day, admissions skip the lookups.
 	deniedDay atomic.Int64
+}
+
+// chunk is what is left of the commands a server leased of one UTC day's
+// allowance, since its last new day or resume.
+type chunk struct {
+	day  int64
+	left atomic.Int64
 }
 
 type stopCache struct {
@@ -148,6 +156,7 @@ func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
 		principalPartition: engine.ReservedPartition("adm/p/" + name + "/"),
 	}
 	f.settled = sync.NewCond(&f.mu)
+	f.cur.Store(&chunk{})
 	for _, fair := range cfg.Fair {
 		f.fair = f.fair || fair == name
 	}
@@ -222,12 +231,12 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 	if st.stopped {
 		return false, problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, st.reason))
 	}
-	left, err := a.spend(ctx, f, day, n)
+	c, left, err := a.spend(ctx, f, day, n)
 	if err != nil {
 		return false, err
 	}
 	if id := a.identities(f, req); !id.none() {
-		if err := a.chargeHeld(ctx, f, &id, day, n); err != nil {
+		if err := a.chargeHeld(ctx, f, c, &id, day, n); err != nil {
 			a.maybeWarn(ctx, f, day, left+n)
 			return false, err
 		}
@@ -238,15 +247,15 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 }
 
 // chargeHeld charges id's quotas for the n commands the RPC took from f's
-// chunk for day, holding them (family.held) until the charge is decided.
-// If it refuses, the commands go back to the chunk: a refused RPC spends
-// no family allowance. The hold ends however the charge ends, so that a
-// lease waiting for it (awaitHolds) never waits longer than the charge.
-func (a *Admitter) chargeHeld(ctx context.Context, f *family, id *identities, day, n int64) (err error) {
+// chunk c for day, holding them (family.held) until the charge is decided.
+// If it refuses, the commands go back to c: a refused RPC spends no family
+// allowance. The hold ends however the charge ends, so that a lease
+// waiting for it (awaitHolds) never waits longer than the charge.
+func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *identities, day, n int64) (err error) {
 	f.held.Add(n)
 	defer func() {
 		if err != nil {
-			f.giveBack(day, n)
+			c.giveBack(n)
 		}
 		f.settle(n)
 	}()
@@ -294,18 +303,19 @@ func (a *Admitter) unavailable(what string, err error) error {
 }
 
 // take takes n commands from the chunk leased for day, without locking,
-// and returns what is left of the chunk.
-func (f *family) take(day, n int64) (int64, bool) {
-	if f.day.Load() != day {
-		return 0, false
+// and returns the chunk and what is left of it.
+func (f *family) take(day, n int64) (*chunk, int64, bool) {
+	c := f.cur.Load()
+	if c.day != day {
+		return c, 0, false
 	}
 	for {
-		cur := f.left.Load()
+		cur := c.left.Load()
 		if cur < n {
-			return cur, false
+			return c, cur, false
 		}
-		if f.left.CompareAndSwap(cur, cur-n) {
-			return cur - n, true
+		if c.left.CompareAndSwap(cur, cur-n) {
+			return c, cur - n, true
 		}
 	}
 }
@@ -336,17 +346,15 @@ func (f *family) awaitHolds() bool {
 	return waited
 }
 
-// giveBack returns n commands to the chunk of day, if it is still current.
-func (f *family) giveBack(day, n int64) {
-	if f.day.Load() == day {
-		f.left.Add(n)
-	}
-}
+// giveBack returns n commands taken from c. If c has been replaced since
+// (a new day, a resume) they go with it: they stay leased and are never
+// admitted, rather than admitted from an allowance that never held them.
+func (c *chunk) giveBack(n int64) { c.left.Add(n) }
 
-// resetLease forgets the leased chunk: a new day or an operator resume.
-// The caller holds f.mu.
-func (f *family) resetLease() {
-	f.left.Store(0)
+// resetLease forgets the leased chunk, starting an empty one for day: a new
+// day or an operator resume. The caller holds f.mu.
+func (f *family) resetLease(day int64) {
+	f.cur.Store(&chunk{day: day})
 	f.leased.Store(0)
 }
 
@@ -361,37 +369,37 @@ const (
 )
 
 // spend takes n commands of f's allowance for day, leasing a new chunk from
-// the durable counter when the local one runs short, and returns what is
-// left of the chunk.
-func (a *Admitter) spend(ctx context.Context, f *family, day, n int64) (int64, error) {
-	if left, ok := f.take(day, n); ok {
-		return left, nil
+// the durable counter when the local one runs short, and returns the chunk
+// they came from and what is left of it.
+func (a *Admitter) spend(ctx context.Context, f *family, day, n int64) (*chunk, int64, error) {
+	if c, left, ok := f.take(day, n); ok {
+		return c, left, nil
 	}
 	return a.refill(ctx, f, day, n)
 }
 
 // refill takes n commands after leasing as many chunks as it needs, and
-// returns what is left of the chunk.
-func (a *Admitter) refill(ctx context.Context, f *family, day, n int64) (int64, error) {
+// returns the chunk they came from and what is left of it.
+func (a *Admitter) refill(ctx context.Context, f *family, day, n int64) (*chunk, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.day.Load() != day {
-		// A new UTC day: what is left of yesterday's chunk stays spent.
-		f.resetLease()
-		f.day.Store(day)
-	}
 	// Callers on the lock-free fast path may take a fresh chunk before
 	// this caller does: lease again until it gets its commands or the
 	// allowance runs out.
 	for {
-		left, ok := f.take(day, n)
+		if f.cur.Load().day != day {
+			// A new UTC day: what is left of yesterday's chunk stays
+			// spent. (Checked on every round: awaitHolds lets go of mu.)
+			f.resetLease(day)
+		}
+		c, left, ok := f.take(day, n)
 		if ok {
-			return left, nil
+			return c, left, nil
 		}
 		need := max(n-left, 1)
 		got, remaining, err := a.lease(ctx, f, day, max(f.chunk, need), need)
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		if got == 0 {
 			// Commands held by fairness charges still running may come
@@ -399,12 +407,13 @@ func (a *Admitter) refill(ctx context.Context, f *family, day, n int64) (int64, 
 			if f.awaitHolds() {
 				continue
 			}
-			return 0, a.exhausted(ctx, f, day, n)
+			return nil, 0, a.exhausted(ctx, f, day, n)
 		}
 		// left first: a fast-path reader seeing the old leased figure
 		// undercounts what was admitted until the next RPC, rather than
-		// counting the fresh chunk as admitted.
-		f.left.Add(got)
+		// counting the fresh chunk as admitted. c is still the current
+		// chunk: only holders of mu replace it.
+		c.left.Add(got)
 		f.leased.Store(f.allowance - remaining)
 	}
 }
@@ -447,7 +456,7 @@ func (a *Admitter) exhausted(ctx context.Context, f *family, day, n int64) error
 		return a.unavailable("reading the family usage", err)
 	}
 	used, _ := parseInt(out.Results[0].Value)
-	if f.left.Load() > 0 || used < f.allowance {
+	if f.cur.Load().left.Load() > 0 || used < f.allowance {
 		return problem(wire.CodeStopped, fmt.Sprintf("family %q: a batch of %d commands is larger than what is left of today's allowance", f.name, n))
 	}
 	reason := "daily operation budget exhausted"
@@ -495,9 +504,14 @@ func (a *Admitter) setStopCache(f *family, day int64, stopped bool, reason strin
 }
 
 // fresh reports whether a cached stop state for day may still be used at
-// now.
+// now. A copy read after now (the clock stepped back) is not fresh: its age
+// is unknown, and it must not outlive StateRefresh by the size of the step.
 func (a *Admitter) fresh(c *stopCache, now time.Time, day int64) bool {
-	return c != nil && c.day == day && now.Sub(c.loaded) < a.cfg.StateRefresh
+	if c == nil || c.day != day {
+		return false
+	}
+	age := now.Sub(c.loaded)
+	return age >= 0 && age < a.cfg.StateRefresh
 }
 
 // stopState returns f's stop state for day, from the cache when it is

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/algo"
 )
 
 // DefaultFamily is the family of a server configured with no family list.
@@ -231,6 +233,14 @@ func (c Config) Allowances() (map[string]int64, error) {
 		if _, ok := split[f]; !ok {
 			out[f] = (c.Total - named) / int64(rest)
 		}
+		// The allowance is the limit of the durable counter every lease
+		// reserves from: one the store cannot hold would fail every RPC.
+		if out[f] > algo.MaxLimit {
+			errs = append(errs, fmt.Errorf("family %q: daily budget %d above the largest a family may have, %d", f, out[f], algo.MaxLimit))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return out, nil
 }

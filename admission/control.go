@@ -52,8 +52,8 @@ func (a *Admitter) State(ctx context.Context) ([]FamilyState, error) {
 		}
 		used, _ := parseInt(res.Results[0].Value)
 		left := int64(0)
-		if f.day.Load() == day {
-			left = f.left.Load()
+		if c := f.cur.Load(); c.day == day {
+			left = c.left.Load()
 		}
 		out = append(out, FamilyState{
 			Family: name, Day: k.name, Allowance: f.allowance, Used: used, LeasedLeft: left,
@@ -110,7 +110,7 @@ func (a *Admitter) ResumeFamily(ctx context.Context, name string) error {
 		engine.Del(operatorStopKey), engine.Del(k.stop), engine.Del(k.used), engine.Del(k.warn)); err != nil {
 		return a.unavailable("resuming the family", err)
 	}
-	f.resetLease()
+	f.resetLease(day)
 	f.warnedDay.Store(0)
 	a.setStopCache(f, day, false, "", false)
 	a.log.Warn("family resumed by the operator", "family", name)

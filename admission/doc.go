@@ -30,7 +30,8 @@
 // the allowance exhausted while such charges are still running waits for
 // them before it refuses and stops the family, so a refused RPC never
 // costs another its place. (A command given back to another server's
-// chunk stays with that server.)
+// chunk stays with that server, and one taken before a new UTC day or a
+// resume goes with the chunk it came from, never to the fresh allowance.)
 //
 // The warning counts admitted commands, as far as the server admitting
 // knows them: everything leased as of its last lease, less what it still

@@ -449,3 +449,51 @@ func TestResumeKeepsFairnessQuotas(t *testing.T) {
 		t.Errorf("a fresh source after a resume: %v, want admitted", err)
 	}
 }
+
+// TestResumeDuringARefusedChargeGivesNothingBack: a resume resets the
+// family's usage and the chunk this server leased before it. An RPC that
+// took commands from that chunk and is refused by its quota after the
+// resume does not give them to the fresh allowance: after the resume the
+// family admits its allowance, not a command more.
+func TestResumeDuringARefusedChargeGivesNothingBack(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		ctx := context.Background()
+		cfg := smallConfig(10_000)
+		cfg.Chunk = 100
+		a, other := fx.admitter(cfg), fx.admitter(cfg)
+		// The principal's quota (500 a day) is spent through another
+		// server: this one remembers no denial and asks the store.
+		spent := rpc(DefaultFamily, 5)
+		spent.Principal = "spent"
+		for {
+			spent.OperationID = engine.NewOperationID()
+			if err := other.Admit(ctx, spent); err != nil {
+				if code(err) != wire.CodeLimited {
+					t.Fatalf("spending the principal: %v, want guard_limited", err)
+				}
+				break
+			}
+		}
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Fatal(err)
+		}
+		var resumed atomic.Bool
+		fx.probe.set(func(partition string, _ []engine.Command) {
+			if strings.HasPrefix(partition, engine.ReservedPartition("adm/p/")) && resumed.CompareAndSwap(false, true) {
+				if err := a.ResumeFamily(ctx, DefaultFamily); err != nil {
+					t.Error(err)
+				}
+			}
+		}, nil)
+		refused := rpc(DefaultFamily, 8)
+		refused.Principal = "spent"
+		if err := a.Admit(ctx, refused); code(err) != wire.CodeLimited || !resumed.Load() {
+			t.Fatalf("an RPC of the spent principal, resumed during its charge (%v): %v, want guard_limited", resumed.Load(), err)
+		}
+		fx.probe.set(nil, nil)
+		if admitted, err := admitAll(ctx, a, DefaultFamily, 1); admitted != 10_000 || code(err) != wire.CodeStopped {
+			t.Fatalf("after the resume the family admitted %d then %v, want its allowance of 10,000", admitted, err)
+		}
+	})
+}
