@@ -415,3 +415,31 @@ func TestShortPauseNeverOverAdmits(t *testing.T) {
 		}
 	})
 }
+
+// Stats reports what a caller would meet: while a penalty is in force no
+// call could start, so nothing remains; at its deadline the window reopens
+// with the refill fraction of the limit.
+func TestStatsDuringAPenalty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := pace.NewRegistry(newStore(t))
+		configure(t, reg, "api", config(4, time.Second))
+		api := pace.Define("api").Bind(reg)
+		start := time.Now()
+		_, err := pace.Call(t.Context(), api, func(context.Context) (*http.Response, error) {
+			return response(http.StatusTooManyRequests, "Retry-After", "10"), nil
+		}, pace.WithRetry(pace.Retry{Attempts: 1}))
+		if !errors.Is(err, pace.ErrRateLimited) {
+			t.Fatalf("err = %v, want ErrRateLimited", err)
+		}
+		time.Sleep(5 * time.Second)
+		s, err := reg.Stats(t.Context(), "api")
+		if err != nil || s.Remaining != 0 || !s.PenaltyUntil.Equal(start.Add(10*time.Second)) {
+			t.Errorf("during the penalty: remaining %d, penalty until %v (%v); want 0 until 10 s", s.Remaining, s.PenaltyUntil.Sub(start), err)
+		}
+		time.Sleep(5 * time.Second)
+		s, err = reg.Stats(t.Context(), "api")
+		if err != nil || s.Remaining != 2 || !s.PenaltyUntil.IsZero() {
+			t.Errorf("at the deadline: remaining %d, penalty until %v (%v); want 2 and none", s.Remaining, s.PenaltyUntil, err)
+		}
+	})
+}

@@ -246,7 +246,8 @@ type Stats struct {
 	At time.Time
 	// Remaining is how many calls could start now: the limit less the
 	// grants in the window at At, slots reserved for waiting calls and the
-	// spend a penalty holds back included. Never negative.
+	// spend a penalty holds back included; 0 while a penalty is in force.
+	// Never negative.
 	Remaining int
 	// ResetAt is when the log will hold no grant: At, if it holds none.
 	ResetAt time.Time
@@ -304,6 +305,7 @@ func (r *Registry) Stats(ctx context.Context, name string) (Stats, error) {
 	}
 	if res[1].Found && res[1].TTLMs > 0 {
 		st.PenaltyUntil = time.UnixMilli(now + res[1].TTLMs)
+		st.Remaining = 0 // nothing starts before the deadline
 	}
 	return st, nil
 }
