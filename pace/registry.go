@@ -53,8 +53,9 @@ const (
 // penaltyPace returns the pacing log kept beside each limiter's own to
 // record its penalty deadline, which the engine offers no way to read: it is
 // penalised with the limiter's log, takes the maximum of deadlines in the
-// same way, holds no grant (a refill of the whole limit adds no phantom
-// spend) and so expires exactly at the deadline, which kv.ttl reads back.
+// same way, holds no grant (a refill of the whole limit leaves no hold at
+// the deadline) and so expires exactly at the deadline, which kv.ttl reads
+// back.
 func penaltyPace() engine.Pace {
 	whole := int64(1000)
 	return engine.Pace{Key: keyPenalty, Limit: 1, WindowMs: 1, RefillPermille: &whole}
