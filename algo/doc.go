@@ -33,5 +33,7 @@
 //
 // Every state has an AppendBinary method and a matching Decode function. The
 // encodings are versioned by the record kind the engine stores beside them and
-// are stable: the embedded store persists them.
+// are stable: the embedded store persists them. A pacing state gained an
+// optional trailer (the penalty's hold, see [PaceState.AppendBinary]) that its
+// length tells apart: records written before it decode unchanged.
 package algo

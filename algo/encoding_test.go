@@ -114,9 +114,65 @@ func TestReceiptEncodingRoundTrip(t *testing.T) {
 func TestPaceEncodingRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := algo.PaceState{ForcedUntil: rapid.Int64().Draw(t, "forcedUntil"), Log: drawEntries(t, 40)}
+		if rapid.Bool().Draw(t, "penalized") {
+			s.Hold = rapid.Int64Range(0, algo.MaxLimit).Draw(t, "hold")
+			s.PenalizedAt = rapid.Int64().Draw(t, "penalizedAt")
+		}
 		got, err := algo.DecodePace(s.AppendBinary(nil))
 		if err != nil || !equalPace(got, s) {
 			t.Fatalf("round trip of %+v gave %+v, %v", s, got, err)
+		}
+	})
+}
+
+// TestPaceEncodingReadsRecordsWithoutAHold decodes the form written before
+// the hold existed (ForcedUntil and the log, a phantom spend among its
+// entries) as a state without one, and writes a state without one in that
+// same form.
+func TestPaceEncodingReadsRecordsWithoutAHold(t *testing.T) {
+	old := le(60_000, 5, 1, 60_000, 2)
+	s, err := algo.DecodePace(old)
+	want := algo.PaceState{ForcedUntil: 60_000, Log: []algo.Entry{{At: 5, N: 1}, {At: 60_000, N: 2}}}
+	if err != nil || !equalPace(s, want) {
+		t.Fatalf("DecodePace(old form) = %+v, %v; want %+v", s, err, want)
+	}
+	if enc := s.AppendBinary(nil); !bytes.Equal(enc, old) {
+		t.Errorf("a state without a hold encodes as %x, want the old form %x", enc, old)
+	}
+	held := algo.PaceState{ForcedUntil: 60_000, Hold: 2, PenalizedAt: 7, Log: []algo.Entry{{At: 5, N: 1}}}
+	if enc, want := held.AppendBinary(nil), le(60_000, 5, 1, 1, 2, 7); !bytes.Equal(enc, want) {
+		t.Errorf("a state with a hold encodes as %x, want %x", enc, want)
+	}
+}
+
+// TestPaceEncodingOfReachedStates round-trips states produced by takes,
+// claims and penalties.
+func TestPaceEncodingOfReachedStates(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		l := algo.PaceLimit{Limit: rapid.Int64Range(1, 8).Draw(t, "limit"), Window: rapid.Int64Range(1, 1000).Draw(t, "window"), RefillPermille: 500}
+		var s algo.PaceState
+		now := rapid.Int64Range(0, 1<<42).Draw(t, "start")
+		var slots []int64
+		for range rapid.IntRange(1, 30).Draw(t, "ops") {
+			now += rapid.Int64Range(0, l.Window).Draw(t, "gap")
+			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			case 0:
+				var d algo.PaceDecision
+				if s, d = s.Take(l, now, 1, 3*l.Window); d.Allowed {
+					slots = append(slots, d.At)
+				}
+			case 1:
+				s = s.Penalize(l, now, now+rapid.Int64Range(0, 3*l.Window).Draw(t, "delay"))
+			default:
+				if len(slots) > 0 {
+					s, _ = s.Claim(l, now, slots[0], 1, 3*l.Window)
+					slots = slots[1:]
+				}
+			}
+			got, err := algo.DecodePace(s.AppendBinary(nil))
+			if err != nil || !equalPace(got, s) {
+				t.Fatalf("round trip of %+v gave %+v, %v", s, got, err)
+			}
 		}
 	})
 }
@@ -135,14 +191,16 @@ func TestDecodeEmpty(t *testing.T) {
 	}
 }
 
-func TestDecodeRejectsCorruptState(t *testing.T) {
-	le := func(vs ...int64) []byte {
-		var b []byte
-		for _, v := range vs {
-			b = append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24), byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))
-		}
-		return b
+// le encodes vs as 8-byte little-endian words.
+func le(vs ...int64) []byte {
+	var b []byte
+	for _, v := range vs {
+		b = append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24), byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56))
 	}
+	return b
+}
+
+func TestDecodeRejectsCorruptState(t *testing.T) {
 	windows := []struct {
 		name string
 		kind algo.Kind
@@ -178,6 +236,12 @@ func TestDecodeRejectsCorruptState(t *testing.T) {
 		{"pace, short", decodePace, []byte{1, 2, 3}},
 		{"pace, ragged log", decodePace, append(le(0, 1, 1), 7)},
 		{"pace, out of order", decodePace, le(0, 9, 1, 3, 1)},
+		{"pace, trailer too short", decodePace, le(0, 1)},
+		{"pace, unknown trailer format", decodePace, le(0, 9, 1, 2, 1, 5)},
+		{"pace, negative hold", decodePace, le(0, 1, -1, 5)},
+		{"pace, hold above MaxLimit", decodePace, le(0, 1, algo.MaxLimit+1, 5)},
+		{"pace, empty trailer", decodePace, le(0, 1, 0, 0)},
+		{"pace, out of order before a trailer", decodePace, le(0, 9, 1, 3, 1, 1, 1, 5)},
 		{"gate, short", decodeGate, []byte{1, 2, 3}},
 		{"gate, id longer than the data", decodeGate, append(le(5), 3, 'a')},
 		{"gate, id above MaxLeaseID", decodeGate, append(append(le(5), algo.MaxLeaseID+1), bytes.Repeat([]byte{'x'}, algo.MaxLeaseID+1)...)},

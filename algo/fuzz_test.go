@@ -137,6 +137,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(algo.GateState{Leases: []algo.Lease{{ID: "worker-1", ExpireAt: 99}, {ID: "", ExpireAt: 7}}}.AppendBinary(nil))
 	f.Add(algo.Receipt{Cost: 3, Keys: []string{"source", "target"}}.AppendBinary(nil))
 	f.Add(algo.PaceState{ForcedUntil: 60_000, Log: []algo.Entry{{At: 5, N: 1}}}.AppendBinary(nil))
+	f.Add(algo.PaceState{ForcedUntil: 60_000, Hold: 2, PenalizedAt: 7, Log: []algo.Entry{{At: 5, N: 1}}}.AppendBinary(nil))
 	f.Add(append(make([]byte, 8), 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01))
 
 	f.Fuzz(func(t *testing.T, data []byte) {

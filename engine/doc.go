@@ -164,7 +164,9 @@ the claim is denied if the new wait exceeds MaxWaitMs), so a penalty never
 lets a caller run early. pace.penalize records an upstream rate limit: no slot
 is granted before now+DelayMs (deadlines take the maximum), and the window
 recovering at the deadline reopens with at most RefillPermille/1000 of the
-limit (default one half); At is the deadline in force.
+limit (default one half); At is the deadline in force. Slots the penalty
+moves are new grants in that window: they share its refill with every other
+caller.
 
 # Bounds
 

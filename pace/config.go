@@ -61,7 +61,8 @@ type Config struct {
 	// aimed at an upstream that just asked for backoff would trip it again
 	// at once; 0.5 (the default) reopens with half, 0 with nothing, 1 with
 	// the whole limit. It is a floor on the spend the window carries, not
-	// a reset: grants still inside it count too.
+	// a reset: grants still inside it count too. It is kept in
+	// thousandths: a finer fraction, which would be rounded, is refused.
 	RefillFraction float64
 	// MaxWait is the longest a call waits for its slot; a call whose slot
 	// is further away is refused at once with a *WaitError. A shorter
@@ -204,8 +205,11 @@ func (c Config) Validate() error {
 	if (c.Concurrency > 0 || c.LeaseTTL != 0) && (c.LeaseTTL < MinLeaseTTL || c.LeaseTTL > MaxDuration) {
 		bad("LeaseTTL %v outside %v…%v", c.LeaseTTL, MinLeaseTTL, MaxDuration)
 	}
-	if !(c.RefillFraction >= 0 && c.RefillFraction <= 1) {
-		bad("RefillFraction %v outside 0…1", c.RefillFraction)
+	switch f := c.RefillFraction; {
+	case !(f >= 0 && f <= 1):
+		bad("RefillFraction %v outside 0…1", f)
+	case math.Round(f*1000)/1000 != f:
+		bad("RefillFraction %v is finer than thousandths", f)
 	}
 	if c.MaxWait < 0 || c.MaxWait > MaxDuration {
 		bad("MaxWait %v outside 0…%v", c.MaxWait, MaxDuration)

@@ -101,6 +101,9 @@ pauses of 5 s, 60 s and 5 s wait 60 s. Nor does a pause reopen a full
 window: the window recovering at the deadline offers at most
 [Config.RefillFraction] of the limit (one half by default), because a full
 window aimed at an upstream that just asked for backoff trips it again.
+Callers already waiting on slots the pause overtook are moved past it and
+share that fraction with everyone else: they never start all at once when
+the pause ends.
 
 Hooks resolve call site first, then the limiter's default, then the
 built-in HTTP rules, each falling through on nil; the HTTP rules always

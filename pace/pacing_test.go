@@ -415,3 +415,94 @@ func TestShortPauseNeverOverAdmits(t *testing.T) {
 		}
 	})
 }
+
+// Stats reports what a caller would meet: while a penalty is in force no
+// call could start, so nothing remains; at its deadline the window reopens
+// with the refill fraction of the limit.
+func TestStatsDuringAPenalty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := pace.NewRegistry(newStore(t))
+		configure(t, reg, "api", config(4, time.Second))
+		api := pace.Define("api").Bind(reg)
+		start := time.Now()
+		_, err := pace.Call(t.Context(), api, func(context.Context) (*http.Response, error) {
+			return response(http.StatusTooManyRequests, "Retry-After", "10"), nil
+		}, pace.WithRetry(pace.Retry{Attempts: 1}))
+		if !errors.Is(err, pace.ErrRateLimited) {
+			t.Fatalf("err = %v, want ErrRateLimited", err)
+		}
+		time.Sleep(5 * time.Second)
+		s, err := reg.Stats(t.Context(), "api")
+		if err != nil || s.Remaining != 0 || !s.PenaltyUntil.Equal(start.Add(10*time.Second)) {
+			t.Errorf("during the penalty: remaining %d, penalty until %v (%v); want 0 until 10 s", s.Remaining, s.PenaltyUntil.Sub(start), err)
+		}
+		time.Sleep(5 * time.Second)
+		s, err = reg.Stats(t.Context(), "api")
+		if err != nil || s.Remaining != 2 || !s.PenaltyUntil.IsZero() {
+			t.Errorf("at the deadline: remaining %d, penalty until %v (%v); want 2 and none", s.Remaining, s.PenaltyUntil, err)
+		}
+	})
+}
+
+// Slots reserved before a penalty and moved by it reopen the recovering
+// window like any other caller: with at most the refill fraction of the
+// limit. Four calls fill a window of 4 per 10 s, four more reserve slots
+// at 10 s, and a 429 at 1 s pauses the limiter until 15 s: the four
+// moved callers never start before 15 s, and at most two of them start
+// in the window reopening there.
+func TestMovedSlotsReopenWithTheRefillFraction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := pace.NewRegistry(newStore(t))
+		configure(t, reg, "api", config(4, 10*time.Second))
+		api := pace.Define("api").Bind(reg)
+		start := time.Now()
+		release := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, err := pace.Call(t.Context(), api, func(context.Context) (*http.Response, error) {
+				<-release
+				return response(http.StatusTooManyRequests, "Retry-After", "14"), nil
+			}, pace.WithRetry(pace.Retry{Attempts: 1}))
+			if !errors.Is(err, pace.ErrRateLimited) {
+				t.Errorf("err = %v, want ErrRateLimited", err)
+			}
+		})
+		synctest.Wait()
+		for range 3 {
+			if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) { return 0, nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var st starts
+		for range 4 {
+			wg.Go(func() {
+				if _, err := pace.Call(t.Context(), api, func(context.Context) (int, error) {
+					st.add(since(start))
+					return 0, nil
+				}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait() // four callers sleep on their slots at 10 s
+		time.Sleep(time.Second)
+		close(release) // the 429 arrives at 1 s
+		wg.Wait()
+		at := st.sorted()
+		if len(at) != 4 {
+			t.Fatalf("%d calls ran, want 4", len(at))
+		}
+		n := 0
+		for _, d := range at {
+			if d < 15*time.Second {
+				t.Fatalf("a moved call started at %v, before the deadline (starts %v)", d, at)
+			}
+			if d < 25*time.Second {
+				n++
+			}
+		}
+		if n > 2 {
+			t.Errorf("%d moved calls started in the window reopening at 15 s, want at most 2 of its 4 (starts %v)", n, at)
+		}
+	})
+}

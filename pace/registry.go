@@ -53,8 +53,9 @@ const (
 // penaltyPace returns the pacing log kept beside each limiter's own to
 // record its penalty deadline, which the engine offers no way to read: it is
 // penalised with the limiter's log, takes the maximum of deadlines in the
-// same way, holds no grant (a refill of the whole limit adds no phantom
-// spend) and so expires exactly at the deadline, which kv.ttl reads back.
+// same way, holds no grant (a refill of the whole limit leaves no hold at
+// the deadline) and so expires exactly at the deadline, which kv.ttl reads
+// back.
 func penaltyPace() engine.Pace {
 	whole := int64(1000)
 	return engine.Pace{Key: keyPenalty, Limit: 1, WindowMs: 1, RefillPermille: &whole}
@@ -246,7 +247,8 @@ type Stats struct {
 	At time.Time
 	// Remaining is how many calls could start now: the limit less the
 	// grants in the window at At, slots reserved for waiting calls and the
-	// spend a penalty holds back included. Never negative.
+	// spend a penalty holds back included; 0 while a penalty is in force.
+	// Never negative.
 	Remaining int
 	// ResetAt is when the log will hold no grant: At, if it holds none.
 	ResetAt time.Time
@@ -304,6 +306,7 @@ func (r *Registry) Stats(ctx context.Context, name string) (Stats, error) {
 	}
 	if res[1].Found && res[1].TTLMs > 0 {
 		st.PenaltyUntil = time.UnixMilli(now + res[1].TTLMs)
+		st.Remaining = 0 // nothing starts before the deadline
 	}
 	return st, nil
 }

@@ -225,3 +225,24 @@ func TestStats(t *testing.T) {
 		}
 	})
 }
+
+// The refill fraction is kept in thousandths: one in thousandths is stored
+// and read back as it was given, and a finer one, which the store would
+// round (0.0015 to 0.002, reopening a window of 1000 with 2 calls rather
+// than at most 1), is refused.
+func TestRefillFractionIsKeptInThousandths(t *testing.T) {
+	ctx := context.Background()
+	reg := pace.NewRegistry(newStore(t))
+	cfg := config(1000, time.Second)
+	cfg.RefillFraction = 0.0015
+	if err := reg.Configure(ctx, "api", cfg); !errors.Is(err, pace.ErrInvalidConfig) {
+		t.Errorf("RefillFraction 0.0015: err = %v, want ErrInvalidConfig", err)
+	}
+	for _, f := range []float64{0, 0.001, 0.29, 0.5, 0.999, 1} {
+		cfg.RefillFraction = f
+		configure(t, reg, "api", cfg)
+		if got, err := reg.Config(ctx, "api"); err != nil || got.RefillFraction != f {
+			t.Errorf("RefillFraction %v read back as %v (%v)", f, got.RefillFraction, err)
+		}
+	}
+}
