@@ -255,7 +255,7 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 	if err := c.call(ctx, &wr, &resp); err != nil {
 		return nil, err
 	}
-	if err := checkShape(r.Steps, &resp); err != nil {
+	if err := checkShape(r.Mode, r.Steps, &resp); err != nil {
 		return nil, unavailable(err)
 	}
 	return &resp, nil
@@ -403,13 +403,19 @@ func putBuffer(b *[]byte) {
 }
 
 // checkShape verifies that an answer has one result per step sent and one
-// per command of every step that ran, so callers may index them.
-func checkShape(steps []engine.Step, resp *engine.Response) error {
+// per command of every step that ran, so callers may index them, and that
+// it skips exactly the steps mode skips: those after the first step holding
+// a denial in a sequential request, and none in mode all.
+func checkShape(mode engine.Mode, steps []engine.Step, resp *engine.Response) error {
 	if len(resp.Steps) != len(steps) {
 		return fmt.Errorf("answer holds %d steps for %d sent", len(resp.Steps), len(steps))
 	}
+	denied := false
 	for i := range steps {
 		st := &resp.Steps[i]
+		if skip := denied && mode != engine.All; st.Skipped != skip {
+			return fmt.Errorf("answer skipped %v for step %d, want %v", st.Skipped, i, skip)
+		}
 		if st.Skipped {
 			if len(st.Results) != 0 {
 				return fmt.Errorf("answer holds results for skipped step %d", i)
@@ -420,6 +426,14 @@ func checkShape(steps []engine.Step, resp *engine.Response) error {
 		if len(st.Results) != len(cmds) {
 			return fmt.Errorf("answer holds %d results for the %d commands of step %d", len(st.Results), len(cmds), i)
 		}
+		held := false
+		for j := range st.Results {
+			held = held || !st.Results[j].Allowed
+		}
+		if st.Denied != held {
+			return fmt.Errorf("answer marks step %d denied %v, its results %v", i, st.Denied, held)
+		}
+		denied = denied || held
 		for j := range cmds {
 			want := 0
 			switch cmds[j].Op {
