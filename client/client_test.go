@@ -381,6 +381,8 @@ func TestStatusMapping(t *testing.T) {
 		{"401", 401, pj, problem(wire.CodeUnauthorized), client.ErrUnavailable, wire.ErrUnauthorized},
 		{"404", 404, pj, problem(wire.CodeNotFound), client.ErrUnavailable, nil},
 		{"409", 409, pj, problem(wire.CodeConflict), engine.ErrOperationConflict, wire.ErrConflict},
+		{"409 not a problem", 409, "text/html", "<h1>Conflict</h1>", client.ErrUnavailable, nil},
+		{"409 another code", 409, pj, problem(wire.CodeUnavailable), client.ErrUnavailable, wire.ErrUnavailable},
 		{"413", 413, pj, problem(wire.CodeTooLarge), client.ErrUnavailable, wire.ErrTooLarge},
 		{"429", 429, pj, problem(wire.CodeLimited), client.ErrUnavailable, wire.ErrLimited},
 		{"500 plain", 500, "text/plain", "oops", client.ErrUnavailable, nil},

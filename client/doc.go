@@ -113,9 +113,10 @@ cause: a transport error, the timeout, an answer 401 (signature), 413
 other unexpected status, an undecodable answer, or an off client. When the
 server answered a problem document the cause is a *wire.Error, so
 errors.Is(err, wire.ErrStopped) tells a stop from a failure. The server's
-400 invalid, wrong_type and overflow answers and its 409 are
+400 invalid, wrong_type and overflow answers and its 409 conflict are
 engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow and
-engine.ErrOperationConflict.
+engine.ErrOperationConflict; a 400 or 409 without one of those codes is
+unavailability.
 
 # Configuring paced-call limiters
 
