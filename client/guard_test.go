@@ -384,3 +384,42 @@ func TestFailModeText(t *testing.T) {
 		t.Fatal("the zero fail mode must be closed")
 	}
 }
+
+// TestGuardDenialCacheClockStepsBack steps the Guard's clock back after a
+// denial was cached: the cached denial must not outlast the delay the
+// server gave by the size of the step. It is dropped, and the server
+// decides again.
+func TestGuardDenialCacheClockStepsBack(t *testing.T) {
+	h := newHarness(t)
+	g, clock := newGuard(t, h.client(), client.FailClosed)
+	w := fixed("per-second", 1, 1000)
+	hit := func() client.Decision {
+		t.Helper()
+		d, err := g.Hit(ctxT(t), "alice", 1, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := hit(); !d.Allowed {
+		t.Fatalf("first hit: %+v", d)
+	}
+	if d := hit(); d.Allowed || d.Origin != client.OriginServer || d.RetryAfter != time.Second {
+		t.Fatalf("second hit: %+v, want the server's denial for 1s", d)
+	}
+	clock.Advance(-time.Hour)
+	d := hit()
+	if d.RetryAfter > time.Second {
+		t.Fatalf("after the clock stepped back an hour: %+v, retry after longer than the server's 1s", d)
+	}
+	if d.Allowed || d.Origin != client.OriginServer {
+		t.Fatalf("after the clock stepped back: %+v, want the server's denial", d)
+	}
+	// The server's window resets; the Guard's clock, an hour behind, must
+	// not hold the key denied meanwhile.
+	h.clock.Advance(time.Second)
+	clock.Advance(time.Second)
+	if d := hit(); !d.Allowed || d.Origin != client.OriginServer {
+		t.Fatalf("after the server's reset: %+v, want allowed by the server", d)
+	}
+}
