@@ -132,7 +132,9 @@ A caller chooses per family what [ErrUnavailable] means ([FailMode]):
 [WriteUnavailable]); [FailOpen] admits; [Degraded] enforces the same windows
 in this process alone, as fixed windows, while the server is unavailable.
 A [Guard] applies the mode for you, keeps the degraded counters, and
-answers repeated denials from memory until their reset. Its caches hold at
+answers repeated denials from memory until their reset. A hit whose own
+context ends before the answer is not an outage: the Guard returns its
+error rather than apply the mode. Its caches hold at
 most [MaxEntries] (10,000) entries each, evicting the oldest.
 */
 package client

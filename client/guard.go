@@ -183,7 +183,11 @@ func (d Decision) Reject(w http.ResponseWriter) {
 // outside the bounds fails with engine.ErrInvalid. While the server is
 // unavailable, the Guard's fail mode answers with a nil error and the cause
 // in Decision.Err. Errors that are not unavailability (engine.ErrInvalid,
-// engine.ErrWrongType, engine.ErrClosed) are returned as they are.
+// engine.ErrWrongType, engine.ErrClosed) are returned as they are, and so
+// is the error of a call whose ctx ended before its answer (wrapping
+// ErrUnavailable and the context's error): the caller gave up, which says
+// nothing of the server, so no fail mode answers and no degraded window is
+// charged. A hit sent before ctx ended may have been charged.
 func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows ...engine.Window) (Decision, error) {
 	step := engine.Step{Partition: partition, Commands: []engine.Command{engine.Hit(cost, windows...)}}
 	if err := step.Validate(); err != nil {
@@ -203,7 +207,9 @@ func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows .
 	}
 	resp, err := g.c.Do(ctx, &engine.Request{Steps: []engine.Step{step}})
 	if err != nil {
-		if !isUnavailable(err) {
+		if !isUnavailable(err) || ctx.Err() != nil {
+			// The caller gave up: no fail mode answers for a server
+			// that may well be available.
 			return Decision{}, err
 		}
 		return g.fail(partition, cost, windows, err), nil
