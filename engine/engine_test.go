@@ -420,3 +420,22 @@ func TestReceiptNeverReplacesAnotherRecord(t *testing.T) {
 		t.Errorf("target = %q after reserving and refunding once, want 1", got)
 	}
 }
+
+// TestDeniedReserveRemainingAtTheInt64Edge drives a budget's counter, a
+// value record any caller may write, to the bottom of the int64 range: a
+// denied reservation reports the budget that admitted it with its
+// remaining allowance, saturated, never a negative one.
+func TestDeniedReserveRemainingAtTheInt64Edge(t *testing.T) {
+	f := newFixture(t)
+	f.run(t, "p", engine.Incr("low", math.MinInt64+1, minute))
+	f.run(t, "p", engine.Incr("full", 5, minute))
+	// Without a receipt and with one: the memory store's fast path and the
+	// executor.
+	for _, receipt := range []string{"", "r"} {
+		out := f.run(t, "p", engine.Reserve(receipt, 1, budget("low", 5, minute, receipt != ""), budget("full", 5, minute, false)))
+		r := out.Results[0]
+		if r.Allowed || r.Remaining != 0 || r.Windows[0].Remaining != math.MaxInt64 || r.Windows[1].Remaining != 0 {
+			t.Errorf("receipt %q: %+v; want denied by full, low reporting the most it can", receipt, r)
+		}
+	}
+}
