@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -437,5 +438,18 @@ func TestDeniedReserveRemainingAtTheInt64Edge(t *testing.T) {
 		if r.Allowed || r.Remaining != 0 || r.Windows[0].Remaining != math.MaxInt64 || r.Windows[1].Remaining != 0 {
 			t.Errorf("receipt %q: %+v; want denied by full, low reporting the most it can", receipt, r)
 		}
+	}
+}
+
+// TestRefundAtTheInt64Edge refunds to a budget whose counter was set to
+// the bottom of the int64 range: the counter is left at zero, as a refund
+// never goes below it, rather than wrapped round to the top of the range.
+func TestRefundAtTheInt64Edge(t *testing.T) {
+	f := newFixture(t)
+	f.run(t, "p", engine.Reserve("receipt", 1, budget("min", 5, minute, true)))
+	f.run(t, "p", engine.Set("min", strconv.FormatInt(math.MinInt64, 10), minute))
+	f.run(t, "p", engine.Refund("receipt"))
+	if got := f.run(t, "p", engine.Get("min")).Results[0].Value; got != "0" {
+		t.Errorf("a refund to a counter at the bottom of the range left %s, want 0", got)
 	}
 }
