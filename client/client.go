@@ -403,9 +403,11 @@ func putBuffer(b *[]byte) {
 }
 
 // checkShape verifies that an answer has one result per step sent and one
-// per command of every step that ran, so callers may index them, and that
-// it skips exactly the steps mode skips: those after the first step holding
-// a denial in a sequential request, and none in mode all.
+// per command of every step that ran, each with one window result per
+// window or budget of its command (none for other commands), so callers
+// may index them and an answer to another request is unlikely to pass; and
+// that it skips exactly the steps mode skips: those after the first step
+// holding a denial in a sequential request, and none in mode all.
 func checkShape(mode engine.Mode, steps []engine.Step, resp *engine.Response) error {
 	if len(resp.Steps) != len(steps) {
 		return fmt.Errorf("answer holds %d steps for %d sent", len(resp.Steps), len(steps))
@@ -435,14 +437,12 @@ func checkShape(mode engine.Mode, steps []engine.Step, resp *engine.Response) er
 		}
 		denied = denied || held
 		for j := range cmds {
-			want := 0
+			want := 0 // every other command reports no windows
 			switch cmds[j].Op {
 			case engine.OpHit:
 				want = len(cmds[j].Windows)
 			case engine.OpReserve:
 				want = len(cmds[j].Budgets)
-			default:
-				continue
 			}
 			if got := len(st.Results[j].Windows); got != want {
 				return fmt.Errorf("answer holds %d window results for the %d of step %d command %d", got, want, i, j)

@@ -393,6 +393,7 @@ func TestStatusMapping(t *testing.T) {
 		{"200 undecodable", 200, "application/json", "{not json", client.ErrUnavailable, nil},
 		{"200 wrong shape", 200, "application/json", `{"steps":[]}`, client.ErrUnavailable, nil},
 		{"200 short results", 200, "application/json", `{"steps":[{"results":[]}]}`, client.ErrUnavailable, nil},
+		{"200 windows for a kv.get", 200, "application/json", `{"steps":[{"results":[{"allowed":true,"windows":[{"allowed":true,"remaining":1,"resetAt":1}]}]}]}`, client.ErrUnavailable, nil},
 		{"200 over 1 MiB", 200, "application/json", `{"steps":[{"results":[{"allowed":true,"value":"` + strings.Repeat("x", 1<<20) + `"}]}]}`, client.ErrUnavailable, nil},
 	}
 	for _, tc := range cases {

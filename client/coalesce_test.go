@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -347,4 +349,94 @@ func TestCoalescingSplitsAtTheBodyBound(t *testing.T) {
 			t.Errorf("%d envelopes for %d calls of 10 KiB, want 3 (4, 4 and 2 within %d bytes)", p.envs.Load(), callers, wire.MaxEnvelopeBody)
 		}
 	})
+}
+
+// envelopeEditor is a client transport over an inProcess server that
+// edits the answers of every envelope before the client reads them.
+type envelopeEditor struct {
+	*inProcess
+	edit func([]json.RawMessage) []json.RawMessage
+}
+
+func (e *envelopeEditor) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := e.inProcess.RoundTrip(r)
+	if err != nil || r.URL.Path != wire.PathRPCs {
+		return resp, err
+	}
+	var env struct {
+		Answers []json.RawMessage `json:"answers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(struct {
+		Answers []json.RawMessage `json:"answers"`
+	}{e.edit(env.Answers)})
+	if err != nil {
+		return nil, err
+	}
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return resp, nil
+}
+
+// TestEnvelopeAnswersOutOfShape answers an envelope of a kv.incr and a
+// win.hit with one answer too few, one too many, the two answers swapped,
+// and one answer holding neither response nor problem: no caller reads an
+// answer that is not its own, and each is unavailable instead. The two
+// calls queue in no set order, so the test counts the callers answered.
+func TestEnvelopeAnswersOutOfShape(t *testing.T) {
+	edits := []struct {
+		name     string
+		edit     func([]json.RawMessage) []json.RawMessage
+		answered int // callers still answered
+	}{
+		{"fewer", func(a []json.RawMessage) []json.RawMessage { return a[:1] }, 0},
+		{"more", func(a []json.RawMessage) []json.RawMessage { return append(a, a[0]) }, 0},
+		{"swapped", func(a []json.RawMessage) []json.RawMessage { return []json.RawMessage{a[1], a[0]} }, 0},
+		{"empty", func(a []json.RawMessage) []json.RawMessage {
+			return []json.RawMessage{a[0], json.RawMessage(`{"status":200}`)}
+		}, 1},
+	}
+	for _, tc := range edits {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newInProcess(t)
+				cfg := client.DefaultConfig()
+				cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
+				cfg.HTTPClient = &http.Client{Transport: &envelopeEditor{inProcess: p, edit: tc.edit}}
+				cfg.Coalesce = 1
+				c := client.New(cfg)
+				defer c.Close()
+				one := func(cmd engine.Command) *engine.Request {
+					return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
+				}
+				var wg sync.WaitGroup
+				wg.Go(func() { _, _ = c.Do(t.Context(), one(engine.Get("first"))) })
+				synctest.Wait() // the first call holds the one place
+				reqs := []*engine.Request{one(engine.Incr("n", 1, 60_000)), one(engine.Hit(1, fixed("w", 5, 1000)))}
+				var errs [2]error
+				for i, r := range reqs {
+					wg.Go(func() { _, errs[i] = c.Do(t.Context(), r) })
+				}
+				synctest.Wait()
+				close(p.gate)
+				wg.Wait()
+				if p.envs.Load() != 1 {
+					t.Fatalf("%d envelopes, want 1", p.envs.Load())
+				}
+				answered := 0
+				for i, err := range errs {
+					switch {
+					case err == nil:
+						answered++
+					case !errors.Is(err, client.ErrUnavailable):
+						t.Errorf("caller %d: %v, want its answer or ErrUnavailable", i, err)
+					}
+				}
+				if answered != tc.answered {
+					t.Errorf("%d callers answered (errors %v), want %d", answered, errs, tc.answered)
+				}
+			})
+		})
+	}
 }
