@@ -21,9 +21,10 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// maxAnswer bounds the body of an answer the client reads. The largest
-// valid answer (32 commands, each reading a 2 KiB value that JSON escapes
-// up to sixfold, or reporting four windows) is far below it.
+// maxAnswer bounds the body of an answer the client reads, per request it
+// answers (an envelope's answer holds one for each of its requests). The
+// largest valid answer (32 commands, each reading a 2 KiB value that JSON
+// escapes up to sixfold, or reporting four windows) is far below it.
 const maxAnswer = 1 << 20
 
 // Client is a Sluice server reached over the signed RPC. It is an
@@ -304,7 +305,7 @@ func (c *Client) Ping(ctx context.Context) (wire.Ping, error) {
 	if err != nil {
 		return wire.Ping{}, unavailable(err)
 	}
-	status, body, err := c.s.roundTrip(req, nil)
+	status, body, err := c.s.roundTrip(req, nil, maxAnswer)
 	if err != nil {
 		return wire.Ping{}, err
 	}
@@ -368,15 +369,15 @@ const headerContentType = "Content-Type"
 
 var jsonContentType = []string{"application/json"}
 
-// roundTrip sends req once and reads its answer, bounded by maxAnswer,
+// roundTrip sends req once and reads its answer, of at most limit bytes,
 // appending it to dst.
-func (s *shared) roundTrip(req *http.Request, dst []byte) (status int, body []byte, err error) {
+func (s *shared) roundTrip(req *http.Request, dst []byte, limit int) (status int, body []byte, err error) {
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return 0, dst, unavailable(err)
 	}
 	defer resp.Body.Close()
-	body, err = wire.AppendBody(dst, resp.Body, maxAnswer)
+	body, err = wire.AppendBody(dst, resp.Body, limit)
 	if err != nil {
 		return 0, body, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
 	}

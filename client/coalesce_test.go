@@ -440,3 +440,63 @@ func TestEnvelopeAnswersOutOfShape(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvelopeOfLargeAnswers coalesces three calls, each reading 32 values
+// of 2 KiB that JSON escapes sixfold: each answer alone is within what a
+// client reads for one request, and so is their envelope's answer, though
+// it holds three of them.
+func TestEnvelopeOfLargeAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		c := p.client(t)
+		value := strings.Repeat("<", engine.MaxValueBytes)
+		p.held.Store(true) // no RPC held while the values are written
+		for s := range 4 {
+			for k := range engine.MaxCommandsPerStep {
+				r := &engine.Request{Steps: []engine.Step{{Partition: "p" + strconv.Itoa(s), Commands: []engine.Command{engine.Set("k"+strconv.Itoa(k), value, 60_000)}}}}
+				if _, err := c.Do(t.Context(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		read := &engine.Request{Mode: engine.All}
+		for s := range 4 {
+			st := engine.Step{Partition: "p" + strconv.Itoa(s)}
+			for k := range engine.MaxCommandsPerStep {
+				st.Commands = append(st.Commands, engine.Get("k"+strconv.Itoa(k)))
+			}
+			read.Steps = append(read.Steps, st)
+		}
+		if resp, err := c.Do(t.Context(), read); err != nil || resp.Steps[3].Results[7].Value != value {
+			t.Fatalf("one read alone: %v", err)
+		}
+
+		p.held.Store(false)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _ = c.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("first")}}}})
+		})
+		synctest.Wait() // the first call holds the one place
+		var errs [3]error
+		for i := range errs {
+			wg.Go(func() {
+				resp, err := c.Do(t.Context(), read)
+				if err == nil && resp.Steps[3].Results[7].Value != value {
+					err = errors.New("the value read back differs")
+				}
+				errs[i] = err
+			})
+		}
+		synctest.Wait()
+		close(p.gate)
+		wg.Wait()
+		if p.envs.Load() != 1 {
+			t.Fatalf("%d envelopes, want the 3 reads in 1", p.envs.Load())
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("read %d: %v", i, err)
+			}
+		}
+	})
+}
