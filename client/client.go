@@ -277,14 +277,14 @@ func (c *Client) Apply(ctx context.Context, b *engine.Batch, out *engine.StepRes
 	return nil
 }
 
-// Close releases the client's idle connections. Later calls, through any
-// view, fail with engine.ErrClosed. Close is idempotent.
 var _ engine.RemoteStore = (*Client)(nil)
 
 // Remote marks the client as an engine.RemoteStore: every request is a
 // round trip to the server.
 func (*Client) Remote() {}
 
+// Close releases the client's idle connections. Later calls, through any
+// view, fail with engine.ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
 	if !c.s.closed.Swap(true) && c.s.transport != nil {
 		c.s.transport.CloseIdleConnections()
