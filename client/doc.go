@@ -110,9 +110,11 @@ Every failure that leaves the outcome unknown or the server unusable is one
 error wrapping [ErrUnavailable] (which is engine.ErrUnavailable) and its
 cause: a transport error, the timeout, an answer 401 (signature), 413
 (body), 429 (fairness quota), 503 (stopped, misconfigured or failing), any
-other unexpected status, an undecodable answer, or an off client. When the
-server answered a problem document the cause is a *wire.Error, so
-errors.Is(err, wire.ErrStopped) tells a stop from a failure. The server's
+other unexpected status, an undecodable answer or one that does not fit
+the request (a result missing or extra, a step skipped out of turn), or an
+off client. When the server answered a problem document the cause is a
+*wire.Error, so errors.Is(err, wire.ErrStopped) tells a stop from a
+failure. The server's
 400 invalid, wrong_type and overflow answers and its 409 conflict are
 engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow and
 engine.ErrOperationConflict; a 400 or 409 without one of those codes is
