@@ -83,7 +83,13 @@ func (st BudgetState) Refund(now, cost int64) BudgetState {
 	if st.ExpireAt <= now {
 		return BudgetState{}
 	}
-	st.Count = max(0, st.Count-cost)
+	// Compare before subtracting: a counter written by kv.set may hold
+	// any int64, and the difference must never wrap to the top.
+	if st.Count <= cost {
+		st.Count = 0
+	} else {
+		st.Count -= cost
+	}
 	return st
 }
 

@@ -21,9 +21,10 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// maxAnswer bounds the body of an answer the client reads. The largest
-// valid answer (32 commands, each reading a 2 KiB value that JSON escapes
-// up to sixfold, or reporting four windows) is far below it.
+// maxAnswer bounds the body of an answer the client reads, per request it
+// answers (an envelope's answer holds one for each of its requests). The
+// largest valid answer (32 commands, each reading a 2 KiB value that JSON
+// escapes up to sixfold, or reporting four windows) is far below it.
 const maxAnswer = 1 << 20
 
 // Client is a Sluice server reached over the signed RPC. It is an
@@ -255,7 +256,7 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 	if err := c.call(ctx, &wr, &resp); err != nil {
 		return nil, err
 	}
-	if err := checkShape(r.Steps, &resp); err != nil {
+	if err := checkShape(r.Mode, r.Steps, &resp); err != nil {
 		return nil, unavailable(err)
 	}
 	return &resp, nil
@@ -276,14 +277,14 @@ func (c *Client) Apply(ctx context.Context, b *engine.Batch, out *engine.StepRes
 	return nil
 }
 
-// Close releases the client's idle connections. Later calls, through any
-// view, fail with engine.ErrClosed. Close is idempotent.
 var _ engine.RemoteStore = (*Client)(nil)
 
 // Remote marks the client as an engine.RemoteStore: every request is a
 // round trip to the server.
 func (*Client) Remote() {}
 
+// Close releases the client's idle connections. Later calls, through any
+// view, fail with engine.ErrClosed. Close is idempotent.
 func (c *Client) Close() error {
 	if !c.s.closed.Swap(true) && c.s.transport != nil {
 		c.s.transport.CloseIdleConnections()
@@ -304,7 +305,7 @@ func (c *Client) Ping(ctx context.Context) (wire.Ping, error) {
 	if err != nil {
 		return wire.Ping{}, unavailable(err)
 	}
-	status, body, err := c.s.roundTrip(req, nil)
+	status, body, err := c.s.roundTrip(req, nil, maxAnswer)
 	if err != nil {
 		return wire.Ping{}, err
 	}
@@ -368,15 +369,15 @@ const headerContentType = "Content-Type"
 
 var jsonContentType = []string{"application/json"}
 
-// roundTrip sends req once and reads its answer, bounded by maxAnswer,
+// roundTrip sends req once and reads its answer, of at most limit bytes,
 // appending it to dst.
-func (s *shared) roundTrip(req *http.Request, dst []byte) (status int, body []byte, err error) {
+func (s *shared) roundTrip(req *http.Request, dst []byte, limit int) (status int, body []byte, err error) {
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return 0, dst, unavailable(err)
 	}
 	defer resp.Body.Close()
-	body, err = wire.AppendBody(dst, resp.Body, maxAnswer)
+	body, err = wire.AppendBody(dst, resp.Body, limit)
 	if err != nil {
 		return 0, body, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
 	}
@@ -403,13 +404,21 @@ func putBuffer(b *[]byte) {
 }
 
 // checkShape verifies that an answer has one result per step sent and one
-// per command of every step that ran, so callers may index them.
-func checkShape(steps []engine.Step, resp *engine.Response) error {
+// per command of every step that ran, each with one window result per
+// window or budget of its command (none for other commands), so callers
+// may index them and an answer to another request is unlikely to pass; and
+// that it skips exactly the steps mode skips: those after the first step
+// holding a denial in a sequential request, and none in mode all.
+func checkShape(mode engine.Mode, steps []engine.Step, resp *engine.Response) error {
 	if len(resp.Steps) != len(steps) {
 		return fmt.Errorf("answer holds %d steps for %d sent", len(resp.Steps), len(steps))
 	}
+	denied := false
 	for i := range steps {
 		st := &resp.Steps[i]
+		if skip := denied && mode != engine.All; st.Skipped != skip {
+			return fmt.Errorf("answer skipped %v for step %d, want %v", st.Skipped, i, skip)
+		}
 		if st.Skipped {
 			if len(st.Results) != 0 {
 				return fmt.Errorf("answer holds results for skipped step %d", i)
@@ -420,15 +429,21 @@ func checkShape(steps []engine.Step, resp *engine.Response) error {
 		if len(st.Results) != len(cmds) {
 			return fmt.Errorf("answer holds %d results for the %d commands of step %d", len(st.Results), len(cmds), i)
 		}
+		held := false
+		for j := range st.Results {
+			held = held || !st.Results[j].Allowed
+		}
+		if st.Denied != held {
+			return fmt.Errorf("answer marks step %d denied %v, its results %v", i, st.Denied, held)
+		}
+		denied = denied || held
 		for j := range cmds {
-			want := 0
+			want := 0 // every other command reports no windows
 			switch cmds[j].Op {
 			case engine.OpHit:
 				want = len(cmds[j].Windows)
 			case engine.OpReserve:
 				want = len(cmds[j].Budgets)
-			default:
-				continue
 			}
 			if got := len(st.Results[j].Windows); got != want {
 				return fmt.Errorf("answer holds %d window results for the %d of step %d command %d", got, want, i, j)

@@ -381,6 +381,8 @@ func TestStatusMapping(t *testing.T) {
 		{"401", 401, pj, problem(wire.CodeUnauthorized), client.ErrUnavailable, wire.ErrUnauthorized},
 		{"404", 404, pj, problem(wire.CodeNotFound), client.ErrUnavailable, nil},
 		{"409", 409, pj, problem(wire.CodeConflict), engine.ErrOperationConflict, wire.ErrConflict},
+		{"409 not a problem", 409, "text/html", "<h1>Conflict</h1>", client.ErrUnavailable, nil},
+		{"409 another code", 409, pj, problem(wire.CodeUnavailable), client.ErrUnavailable, wire.ErrUnavailable},
 		{"413", 413, pj, problem(wire.CodeTooLarge), client.ErrUnavailable, wire.ErrTooLarge},
 		{"429", 429, pj, problem(wire.CodeLimited), client.ErrUnavailable, wire.ErrLimited},
 		{"500 plain", 500, "text/plain", "oops", client.ErrUnavailable, nil},
@@ -391,6 +393,7 @@ func TestStatusMapping(t *testing.T) {
 		{"200 undecodable", 200, "application/json", "{not json", client.ErrUnavailable, nil},
 		{"200 wrong shape", 200, "application/json", `{"steps":[]}`, client.ErrUnavailable, nil},
 		{"200 short results", 200, "application/json", `{"steps":[{"results":[]}]}`, client.ErrUnavailable, nil},
+		{"200 windows for a kv.get", 200, "application/json", `{"steps":[{"results":[{"allowed":true,"windows":[{"allowed":true,"remaining":1,"resetAt":1}]}]}]}`, client.ErrUnavailable, nil},
 		{"200 over 1 MiB", 200, "application/json", `{"steps":[{"results":[{"allowed":true,"value":"` + strings.Repeat("x", 1<<20) + `"}]}]}`, client.ErrUnavailable, nil},
 	}
 	for _, tc := range cases {
@@ -622,5 +625,76 @@ func TestH2CNeedsAServerSpeakingIt(t *testing.T) {
 	defer c2.Close()
 	if _, err := engine.New(c2).Do(ctxT(t), req); !errors.Is(err, client.ErrUnavailable) {
 		t.Fatalf("h2c to an HTTP/1.1-only server: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestAnswerSkippingOutOfTurn answers 200 with steps skipped, or not
+// skipped, where the request's mode and the steps before them say
+// otherwise: the answer is not the request's, so the call is unavailable,
+// and a Guard applies its fail mode rather than read a result that is not
+// there.
+func TestAnswerSkippingOutOfTurn(t *testing.T) {
+	const (
+		skipped  = `{"skipped":true,"results":[]}`
+		allowed  = `{"results":[{"allowed":true,"remaining":1,"windows":[{"allowed":true,"remaining":1,"resetAt":1}]}]}`
+		denied   = `{"denied":true,"results":[{"allowed":false,"remaining":0,"retryAfterMs":5,"windows":[{"allowed":false,"remaining":0,"resetAt":1,"retryAfterMs":5}]}]}`
+		unmarked = `{"results":[{"allowed":false,"remaining":0,"retryAfterMs":5,"windows":[{"allowed":false,"remaining":0,"resetAt":1,"retryAfterMs":5}]}]}`
+	)
+	hit := engine.Hit(1, fixed("w", 1, 1000))
+	step := func(p string) engine.Step { return engine.Step{Partition: p, Commands: []engine.Command{hit}} }
+	cases := []struct {
+		name  string
+		mode  engine.Mode
+		steps int
+		body  string
+	}{
+		{"first step skipped", engine.Sequential, 1, `{"steps":[` + skipped + `]}`},
+		{"skipped after an allowed step", engine.Sequential, 2, `{"steps":[` + allowed + `,` + skipped + `]}`},
+		{"run after a denied step", engine.Sequential, 2, `{"steps":[` + denied + `,` + allowed + `]}`},
+		{"skipped in mode all", engine.All, 2, `{"steps":[` + denied + `,` + skipped + `]}`},
+		{"denial not marked", engine.Sequential, 1, `{"steps":[` + unmarked + `]}`},
+		{"allowed step marked denied", engine.All, 1, `{"steps":[{"denied":true,"results":[{"allowed":true,"remaining":1,"windows":[{"allowed":true,"remaining":1,"resetAt":1}]}]}]}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := scripted(t, 200, "application/json", tc.body)
+			cfg := client.DefaultConfig()
+			cfg.URL, cfg.Secret, cfg.Pepper = srv.URL, testSecret, testPepper
+			c := client.New(cfg)
+			defer c.Close()
+			r := &engine.Request{Mode: tc.mode}
+			for i := range tc.steps {
+				r.Steps = append(r.Steps, step(string(rune('a'+i))))
+			}
+			if _, err := c.Do(ctxT(t), r); !errors.Is(err, client.ErrUnavailable) {
+				t.Fatalf("%v, want ErrUnavailable", err)
+			}
+			if tc.steps != 1 {
+				return
+			}
+			g, _ := newGuard(t, c, client.FailClosed)
+			d, err := g.Hit(ctxT(t), "a", 1, fixed("w", 1, 1000))
+			if err != nil || d.Allowed || d.Origin != client.OriginFailClosed || !errors.Is(d.Err, client.ErrUnavailable) {
+				t.Fatalf("guard: %+v, %v; want refused by the fail mode", d, err)
+			}
+		})
+	}
+	// The answers the server gives are accepted.
+	for _, tc := range []struct {
+		mode engine.Mode
+		body string
+	}{
+		{engine.Sequential, `{"steps":[` + denied + `,` + skipped + `]}`},
+		{engine.Sequential, `{"steps":[` + allowed + `,` + allowed + `]}`},
+		{engine.All, `{"steps":[` + denied + `,` + denied + `]}`},
+	} {
+		srv, _ := scripted(t, 200, "application/json", tc.body)
+		cfg := client.DefaultConfig()
+		cfg.URL, cfg.Secret, cfg.Pepper = srv.URL, testSecret, testPepper
+		c := client.New(cfg)
+		defer c.Close()
+		if _, err := c.Do(ctxT(t), &engine.Request{Mode: tc.mode, Steps: []engine.Step{step("a"), step("b")}}); err != nil {
+			t.Fatalf("%s %s: %v", tc.mode, tc.body, err)
+		}
 	}
 }

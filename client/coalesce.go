@@ -148,7 +148,7 @@ func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
 	s.sign(req, wire.PathRPCs, body)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	status, answer, err := s.roundTrip(req, (*buf)[:0])
+	status, answer, err := s.roundTrip(req, (*buf)[:0], maxAnswer*len(batch))
 	*buf = answer[:0]
 	switch {
 	case err != nil:
@@ -178,7 +178,7 @@ func (s *shared) rpc(ctx context.Context, body []byte, out *engine.Response) err
 	s.sign(req, wire.PathRPC, body)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	status, answer, err := s.roundTrip(req, (*buf)[:0])
+	status, answer, err := s.roundTrip(req, (*buf)[:0], maxAnswer)
 	*buf = answer[:0]
 	if err != nil {
 		return err

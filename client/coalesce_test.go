@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -345,6 +347,156 @@ func TestCoalescingSplitsAtTheBodyBound(t *testing.T) {
 		}
 		if p.envs.Load() != 3 {
 			t.Errorf("%d envelopes for %d calls of 10 KiB, want 3 (4, 4 and 2 within %d bytes)", p.envs.Load(), callers, wire.MaxEnvelopeBody)
+		}
+	})
+}
+
+// envelopeEditor is a client transport over an inProcess server that
+// edits the answers of every envelope before the client reads them.
+type envelopeEditor struct {
+	*inProcess
+	edit func([]json.RawMessage) []json.RawMessage
+}
+
+func (e *envelopeEditor) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := e.inProcess.RoundTrip(r)
+	if err != nil || r.URL.Path != wire.PathRPCs {
+		return resp, err
+	}
+	var env struct {
+		Answers []json.RawMessage `json:"answers"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(struct {
+		Answers []json.RawMessage `json:"answers"`
+	}{e.edit(env.Answers)})
+	if err != nil {
+		return nil, err
+	}
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return resp, nil
+}
+
+// TestEnvelopeAnswersOutOfShape answers an envelope of a kv.incr and a
+// win.hit with one answer too few, one too many, the two answers swapped,
+// and one answer holding neither response nor problem: no caller reads an
+// answer that is not its own, and each is unavailable instead. The two
+// calls queue in no set order, so the test counts the callers answered.
+func TestEnvelopeAnswersOutOfShape(t *testing.T) {
+	edits := []struct {
+		name     string
+		edit     func([]json.RawMessage) []json.RawMessage
+		answered int // callers still answered
+	}{
+		{"fewer", func(a []json.RawMessage) []json.RawMessage { return a[:1] }, 0},
+		{"more", func(a []json.RawMessage) []json.RawMessage { return append(a, a[0]) }, 0},
+		{"swapped", func(a []json.RawMessage) []json.RawMessage { return []json.RawMessage{a[1], a[0]} }, 0},
+		{"empty", func(a []json.RawMessage) []json.RawMessage {
+			return []json.RawMessage{a[0], json.RawMessage(`{"status":200}`)}
+		}, 1},
+	}
+	for _, tc := range edits {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newInProcess(t)
+				cfg := client.DefaultConfig()
+				cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
+				cfg.HTTPClient = &http.Client{Transport: &envelopeEditor{inProcess: p, edit: tc.edit}}
+				cfg.Coalesce = 1
+				c := client.New(cfg)
+				defer c.Close()
+				one := func(cmd engine.Command) *engine.Request {
+					return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
+				}
+				var wg sync.WaitGroup
+				wg.Go(func() { _, _ = c.Do(t.Context(), one(engine.Get("first"))) })
+				synctest.Wait() // the first call holds the one place
+				reqs := []*engine.Request{one(engine.Incr("n", 1, 60_000)), one(engine.Hit(1, fixed("w", 5, 1000)))}
+				var errs [2]error
+				for i, r := range reqs {
+					wg.Go(func() { _, errs[i] = c.Do(t.Context(), r) })
+				}
+				synctest.Wait()
+				close(p.gate)
+				wg.Wait()
+				if p.envs.Load() != 1 {
+					t.Fatalf("%d envelopes, want 1", p.envs.Load())
+				}
+				answered := 0
+				for i, err := range errs {
+					switch {
+					case err == nil:
+						answered++
+					case !errors.Is(err, client.ErrUnavailable):
+						t.Errorf("caller %d: %v, want its answer or ErrUnavailable", i, err)
+					}
+				}
+				if answered != tc.answered {
+					t.Errorf("%d callers answered (errors %v), want %d", answered, errs, tc.answered)
+				}
+			})
+		})
+	}
+}
+
+// TestEnvelopeOfLargeAnswers coalesces three calls, each reading 32 values
+// of 2 KiB that JSON escapes sixfold: each answer alone is within what a
+// client reads for one request, and so is their envelope's answer, though
+// it holds three of them.
+func TestEnvelopeOfLargeAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		c := p.client(t)
+		value := strings.Repeat("<", engine.MaxValueBytes)
+		p.held.Store(true) // no RPC held while the values are written
+		for s := range 4 {
+			for k := range engine.MaxCommandsPerStep {
+				r := &engine.Request{Steps: []engine.Step{{Partition: "p" + strconv.Itoa(s), Commands: []engine.Command{engine.Set("k"+strconv.Itoa(k), value, 60_000)}}}}
+				if _, err := c.Do(t.Context(), r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		read := &engine.Request{Mode: engine.All}
+		for s := range 4 {
+			st := engine.Step{Partition: "p" + strconv.Itoa(s)}
+			for k := range engine.MaxCommandsPerStep {
+				st.Commands = append(st.Commands, engine.Get("k"+strconv.Itoa(k)))
+			}
+			read.Steps = append(read.Steps, st)
+		}
+		if resp, err := c.Do(t.Context(), read); err != nil || resp.Steps[3].Results[7].Value != value {
+			t.Fatalf("one read alone: %v", err)
+		}
+
+		p.held.Store(false)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _ = c.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("first")}}}})
+		})
+		synctest.Wait() // the first call holds the one place
+		var errs [3]error
+		for i := range errs {
+			wg.Go(func() {
+				resp, err := c.Do(t.Context(), read)
+				if err == nil && resp.Steps[3].Results[7].Value != value {
+					err = errors.New("the value read back differs")
+				}
+				errs[i] = err
+			})
+		}
+		synctest.Wait()
+		close(p.gate)
+		wg.Wait()
+		if p.envs.Load() != 1 {
+			t.Fatalf("%d envelopes, want the 3 reads in 1", p.envs.Load())
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("read %d: %v", i, err)
+			}
 		}
 	})
 }

@@ -275,11 +275,13 @@ func validateURL(raw string) error {
 		return fmt.Errorf("server URL does not parse: %w", err)
 	}
 	switch {
-	case u.Host == "" || u.Opaque != "":
+	case u.Hostname() == "" || u.Opaque != "":
 		return fmt.Errorf("server URL %q has no host", raw)
 	case u.User != nil:
 		return errors.New("server URL carries credentials (use the signing secret)")
-	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.ForceQuery:
+	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.ForceQuery, strings.Contains(raw, "#"):
+		// The paths are appended to raw: an empty fragment ("#") would
+		// turn them into one.
 		return fmt.Errorf("server URL %q must be an origin, without path, query or fragment", u.Redacted())
 	}
 	switch u.Scheme {

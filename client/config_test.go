@@ -56,6 +56,8 @@ func TestConfigValidate(t *testing.T) {
 		"no scheme":         {func(c *client.Config) { c.URL = "sluice.example" }, "no host"},
 		"path":              {func(c *client.Config) { c.URL = "https://sluice.example/api" }, "origin"},
 		"query":             {func(c *client.Config) { c.URL = "https://sluice.example?x=1" }, "origin"},
+		"port, no host":     {func(c *client.Config) { c.URL = "https://:8443" }, "no host"},
+		"empty fragment":    {func(c *client.Config) { c.URL = "https://sluice.example#" }, "origin"},
 		"credentials":       {func(c *client.Config) { c.URL = "https://u:p@sluice.example" }, "credentials"},
 		"short secret":      {func(c *client.Config) { c.Secret = goodSecret[:31] }, "signing secret is 31"},
 		"no secret":         {func(c *client.Config) { c.Secret = "" }, "signing secret is 0"},

@@ -110,12 +110,15 @@ Every failure that leaves the outcome unknown or the server unusable is one
 error wrapping [ErrUnavailable] (which is engine.ErrUnavailable) and its
 cause: a transport error, the timeout, an answer 401 (signature), 413
 (body), 429 (fairness quota), 503 (stopped, misconfigured or failing), any
-other unexpected status, an undecodable answer, or an off client. When the
-server answered a problem document the cause is a *wire.Error, so
-errors.Is(err, wire.ErrStopped) tells a stop from a failure. The server's
-400 invalid, wrong_type and overflow answers and its 409 are
+other unexpected status, an undecodable answer or one that does not fit
+the request (a result missing or extra, a step skipped out of turn), or an
+off client. When the server answered a problem document the cause is a
+*wire.Error, so errors.Is(err, wire.ErrStopped) tells a stop from a
+failure. The server's
+400 invalid, wrong_type and overflow answers and its 409 conflict are
 engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow and
-engine.ErrOperationConflict.
+engine.ErrOperationConflict; a 400 or 409 without one of those codes is
+unavailability.
 
 # Configuring paced-call limiters
 
@@ -131,7 +134,9 @@ A caller chooses per family what [ErrUnavailable] means ([FailMode]):
 [WriteUnavailable]); [FailOpen] admits; [Degraded] enforces the same windows
 in this process alone, as fixed windows, while the server is unavailable.
 A [Guard] applies the mode for you, keeps the degraded counters, and
-answers repeated denials from memory until their reset. Its caches hold at
+answers repeated denials from memory until their reset. A hit whose own
+context ends before the answer is not an outage: the Guard returns its
+error rather than apply the mode. Its caches hold at
 most [MaxEntries] (10,000) entries each, evicting the oldest.
 */
 package client

@@ -20,9 +20,10 @@ import (
 //
 // The other errors a client returns are those of a local store: a request
 // outside the bounds is engine.ErrInvalid, and the server's 400 invalid,
-// wrong_type and overflow answers and 409 are engine.ErrInvalid,
+// wrong_type and overflow answers and 409 conflict are engine.ErrInvalid,
 // engine.ErrWrongType, engine.ErrOverflow and engine.ErrOperationConflict,
-// each also wrapping the *wire.Error.
+// each also wrapping the *wire.Error. A 400 or 409 without the server's
+// problem document (from a proxy, say) is unavailability.
 var ErrUnavailable = engine.ErrUnavailable
 
 func unavailable(cause error) error {
@@ -55,7 +56,7 @@ func problemError(status int, p wire.Problem) error {
 		return fmt.Errorf("%w: %w", engine.ErrWrongType, cause)
 	case status == http.StatusBadRequest && p.Code == wire.CodeOverflow:
 		return fmt.Errorf("%w: %w", engine.ErrOverflow, cause)
-	case status == http.StatusConflict:
+	case status == http.StatusConflict && p.Code == wire.CodeConflict:
 		return fmt.Errorf("%w: %w", engine.ErrOperationConflict, cause)
 	}
 	return unavailable(cause)

@@ -57,7 +57,9 @@ func (c GuardConfig) Validate() error {
 //   - a denial cache: a partition and windows the server denied are
 //     answered from memory, with no RPC, until the delay the server gave
 //     for the same hit (RetryAfterMs, the window's reset for a fixed
-//     window) has passed, for any cost at least the denied one;
+//     window) has passed, for any cost at least the denied one (a step
+//     back of the Guard's clock ends it, so that it never outlasts that
+//     delay);
 //   - its FailMode while the server is unavailable;
 //   - for Degraded, per-process fixed-window counters of the same windows,
 //     used only while the server is unavailable: healthy traffic never
@@ -90,7 +92,7 @@ type digest [sha256.Size]byte
 
 // denial is a cached server denial.
 type denial struct {
-	until     time.Time // by the Guard's clock
+	at, until time.Time // when it was cached and when it ends, by the Guard's clock
 	cost      int64     // the denied cost: a larger one is denied too
 	remaining int64
 }
@@ -181,7 +183,11 @@ func (d Decision) Reject(w http.ResponseWriter) {
 // outside the bounds fails with engine.ErrInvalid. While the server is
 // unavailable, the Guard's fail mode answers with a nil error and the cause
 // in Decision.Err. Errors that are not unavailability (engine.ErrInvalid,
-// engine.ErrWrongType, engine.ErrClosed) are returned as they are.
+// engine.ErrWrongType, engine.ErrClosed) are returned as they are, and so
+// is the error of a call whose ctx ended before its answer (wrapping
+// ErrUnavailable and the context's error): the caller gave up, which says
+// nothing of the server, so no fail mode answers and no degraded window is
+// charged. A hit sent before ctx ended may have been charged.
 func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows ...engine.Window) (Decision, error) {
 	step := engine.Step{Partition: partition, Commands: []engine.Command{engine.Hit(cost, windows...)}}
 	if err := step.Validate(); err != nil {
@@ -191,7 +197,9 @@ func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows .
 	if d, ok := g.denials.Peek(key); ok {
 		now := g.clock.Now()
 		switch {
-		case !now.Before(d.until):
+		case !now.Before(d.until), now.Before(d.at):
+			// Over, or the clock stepped back: the denial would outlast
+			// the server's delay by the step.
 			g.denials.Remove(key)
 		case cost >= d.cost:
 			return Decision{Remaining: d.remaining, RetryAfter: d.until.Sub(now), Origin: OriginCache}, nil
@@ -199,7 +207,9 @@ func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows .
 	}
 	resp, err := g.c.Do(ctx, &engine.Request{Steps: []engine.Step{step}})
 	if err != nil {
-		if !isUnavailable(err) {
+		if !isUnavailable(err) || ctx.Err() != nil {
+			// The caller gave up: no fail mode answers for a server
+			// that may well be available.
 			return Decision{}, err
 		}
 		return g.fail(partition, cost, windows, err), nil
@@ -212,7 +222,8 @@ func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows .
 	if !r.Allowed {
 		d.RetryAfter = time.Duration(r.RetryAfterMs) * time.Millisecond
 		if d.RetryAfter > 0 {
-			g.denials.Add(key, denial{until: g.clock.Now().Add(d.RetryAfter), cost: cost, remaining: r.Remaining})
+			now := g.clock.Now()
+			g.denials.Add(key, denial{at: now, until: now.Add(d.RetryAfter), cost: cost, remaining: r.Remaining})
 		}
 	}
 	return d, nil

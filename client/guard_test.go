@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -382,5 +383,98 @@ func TestFailModeText(t *testing.T) {
 	}
 	if client.FailMode(0) != client.FailClosed {
 		t.Fatal("the zero fail mode must be closed")
+	}
+}
+
+// TestGuardDenialCacheClockStepsBack steps the Guard's clock back after a
+// denial was cached: the cached denial must not outlast the delay the
+// server gave by the size of the step. It is dropped, and the server
+// decides again.
+func TestGuardDenialCacheClockStepsBack(t *testing.T) {
+	h := newHarness(t)
+	g, clock := newGuard(t, h.client(), client.FailClosed)
+	w := fixed("per-second", 1, 1000)
+	hit := func() client.Decision {
+		t.Helper()
+		d, err := g.Hit(ctxT(t), "alice", 1, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := hit(); !d.Allowed {
+		t.Fatalf("first hit: %+v", d)
+	}
+	if d := hit(); d.Allowed || d.Origin != client.OriginServer || d.RetryAfter != time.Second {
+		t.Fatalf("second hit: %+v, want the server's denial for 1s", d)
+	}
+	clock.Advance(-time.Hour)
+	d := hit()
+	if d.RetryAfter > time.Second {
+		t.Fatalf("after the clock stepped back an hour: %+v, retry after longer than the server's 1s", d)
+	}
+	if d.Allowed || d.Origin != client.OriginServer {
+		t.Fatalf("after the clock stepped back: %+v, want the server's denial", d)
+	}
+	// The server's window resets; the Guard's clock, an hour behind, must
+	// not hold the key denied meanwhile.
+	h.clock.Advance(time.Second)
+	clock.Advance(time.Second)
+	if d := hit(); !d.Allowed || d.Origin != client.OriginServer {
+		t.Fatalf("after the server's reset: %+v, want allowed by the server", d)
+	}
+}
+
+// TestGuardCallerGivesUp ends the caller's context before the call and
+// while it is in flight to a healthy server: the caller gave up, and the
+// server is not unavailable. Hit returns the error, never an admission by
+// the fail mode, charges no degraded counter and logs no outage.
+func TestGuardCallerGivesUp(t *testing.T) {
+	for _, mode := range []client.FailMode{client.FailOpen, client.Degraded, client.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			h := newHarness(t)
+			var logs bytes.Buffer
+			cfg := client.DefaultGuardConfig()
+			cfg.FailMode = mode
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			g, err := client.NewGuard(h.client(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := fixed("w", 1, 60_000)
+			check := func(what string, d client.Decision, err error) {
+				t.Helper()
+				if d.Allowed || !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, context.Canceled) {
+					t.Fatalf("%s: %+v, %v; want no decision and ErrUnavailable wrapping context.Canceled", what, d, err)
+				}
+			}
+			ctx, cancel := context.WithCancel(ctxT(t))
+			cancel()
+			d, err := g.Hit(ctx, "alice", 1, w)
+			check("cancelled before the call", d, err)
+
+			seen := make(chan struct{})
+			h.before = func(w http.ResponseWriter, r *http.Request) bool {
+				close(seen)
+				<-r.Context().Done()
+				return true
+			}
+			ctx, cancel = context.WithCancel(ctxT(t))
+			go func() { <-seen; cancel() }()
+			d, err = g.Hit(ctx, "alice", 1, w)
+			check("cancelled in flight", d, err)
+
+			if n := g.Stats().Counters; n != 0 {
+				t.Errorf("%d degraded counters charged by callers that gave up", n)
+			}
+			if logs.Len() != 0 {
+				t.Errorf("logs:\n%s\nwant no outage logged", logs.String())
+			}
+			// The window is whole: the server answers the next caller.
+			h.before = nil
+			if d, err := g.Hit(ctxT(t), "alice", 1, w); err != nil || !d.Allowed || d.Origin != client.OriginServer {
+				t.Fatalf("next caller: %+v, %v; want allowed by the server", d, err)
+			}
+		})
 	}
 }

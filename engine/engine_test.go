@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -418,5 +419,37 @@ func TestReceiptNeverReplacesAnotherRecord(t *testing.T) {
 	}
 	if got := f.run(t, "p", engine.Get("target")).Results[0].Value; got != "1" {
 		t.Errorf("target = %q after reserving and refunding once, want 1", got)
+	}
+}
+
+// TestDeniedReserveRemainingAtTheInt64Edge drives a budget's counter, a
+// value record any caller may write, to the bottom of the int64 range: a
+// denied reservation reports the budget that admitted it with its
+// remaining allowance, saturated, never a negative one.
+func TestDeniedReserveRemainingAtTheInt64Edge(t *testing.T) {
+	f := newFixture(t)
+	f.run(t, "p", engine.Incr("low", math.MinInt64+1, minute))
+	f.run(t, "p", engine.Incr("full", 5, minute))
+	// Without a receipt and with one: the memory store's fast path and the
+	// executor.
+	for _, receipt := range []string{"", "r"} {
+		out := f.run(t, "p", engine.Reserve(receipt, 1, budget("low", 5, minute, receipt != ""), budget("full", 5, minute, false)))
+		r := out.Results[0]
+		if r.Allowed || r.Remaining != 0 || r.Windows[0].Remaining != math.MaxInt64 || r.Windows[1].Remaining != 0 {
+			t.Errorf("receipt %q: %+v; want denied by full, low reporting the most it can", receipt, r)
+		}
+	}
+}
+
+// TestRefundAtTheInt64Edge refunds to a budget whose counter was set to
+// the bottom of the int64 range: the counter is left at zero, as a refund
+// never goes below it, rather than wrapped round to the top of the range.
+func TestRefundAtTheInt64Edge(t *testing.T) {
+	f := newFixture(t)
+	f.run(t, "p", engine.Reserve("receipt", 1, budget("min", 5, minute, true)))
+	f.run(t, "p", engine.Set("min", strconv.FormatInt(math.MinInt64, 10), minute))
+	f.run(t, "p", engine.Refund("receipt"))
+	if got := f.run(t, "p", engine.Get("min")).Results[0].Value; got != "0" {
+		t.Errorf("a refund to a counter at the bottom of the range left %s, want 0", got)
 	}
 }

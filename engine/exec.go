@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 
 	"github.com/sluicehq/sluice/algo"
 )
@@ -367,7 +368,10 @@ func (x *Executor) reserve(c *Command, r *Result) error {
 	for i := range r.Windows {
 		wr := &r.Windows[i]
 		if !r.Allowed && wr.Allowed {
-			wr.Remaining += c.Cost
+			// Nothing was reserved: report what the budget had, saturating
+			// like the remaining it was computed as (a counter kv.incr
+			// drove far below zero has all of int64 left).
+			wr.Remaining = min(wr.Remaining, math.MaxInt64-c.Cost) + c.Cost
 		}
 		r.Remaining = min(r.Remaining, wr.Remaining)
 		r.ResetAt = max(r.ResetAt, wr.ResetAt)

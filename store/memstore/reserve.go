@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"math"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 )
@@ -82,7 +84,9 @@ func (rs *reservation) evaluate(v *view, b *engine.Batch, now int64, out *engine
 		res.RetryAfterMs = max(res.RetryAfterMs, d.RetryAfter)
 		remaining := d.Remaining
 		if !allowed && d.Allowed {
-			remaining += c.Cost // nothing is reserved on a budget that allowed it
+			// Nothing is reserved on a budget that allowed it; saturate as
+			// the executor does.
+			remaining = min(remaining, math.MaxInt64-c.Cost) + c.Cost
 		}
 		res.Windows = append(res.Windows, engine.WindowResult{Allowed: d.Allowed, Remaining: remaining, ResetAt: d.ResetAt, RetryAfterMs: d.RetryAfter})
 		res.Remaining = min(res.Remaining, remaining)
