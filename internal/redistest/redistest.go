@@ -463,9 +463,19 @@ func StartReplica(t testing.TB, primary *Server, extra ...string) *Server {
 		t.Fatalf("redistest: REPLICAOF on %s: %v", s.Addr, err)
 	}
 	if err := WaitSynced(ctx, primary, s); err != nil {
-		t.Fatalf("redistest: %v", err)
+		t.Fatalf("redistest: %v\n%s\n%s", err, primary.describe("primary"), s.describe("replica"))
 	}
 	return s
+}
+
+// describe returns what a failure message needs to know of the server:
+// whether its process still runs, how it exited, and its log's last lines.
+func (s *Server) describe(role string) string {
+	state := "running"
+	if !s.Running() {
+		state = fmt.Sprintf("exited (%v)", s.exitErr())
+	}
+	return fmt.Sprintf("%s %s, pid %d, %s; its log ends:\n%s", role, s.Addr, s.PID(), state, s.LogTail())
 }
 
 // WaitSynced waits until the replica's link to the primary is up and the
