@@ -30,7 +30,9 @@
 // whose clock the script controls. Blank lines are ignored, and an unquoted
 // '#' at the start of a word begins a comment. Words are separated by spaces;
 // a double-quoted part of a word follows Go syntax and may hold spaces
-// (value="a b", value="").
+// (value="a b", value=""). A field's value written N*"TEXT" stands for N
+// repetitions of TEXT (value=2048*"a", key=513*"k", op=129*"o"), for
+// values at the edge of their bounds.
 //
 // Time. Every instant is written as a Go duration after the script epoch
 // (0, 59.999s, 1m30s, 2h); durations are Go durations too, and both must be
@@ -92,5 +94,8 @@
 // fail, nothing else in the request has an expectation: a failing step
 // returns no results and later steps do not run; earlier steps completed
 // and are checked, except after "invalid", which the engine reports before
-// running any step.
+// running any step, and except when a store that runs whole requests itself
+// (an engine.RequestStore, such as a client of a server) answers the failure
+// with no results at all: the lines that follow check the earlier steps'
+// effects.
 package storetest

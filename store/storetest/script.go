@@ -190,7 +190,10 @@ func (p *parser) parseLine(toks []string) error {
 			name, val, _ := strings.Cut(tok, "=")
 			switch name {
 			case "op":
-				p.req.opID = val
+				var err error
+				if p.req.opID, err = unquote(val); err != nil {
+					return fmt.Errorf("op: %w", err)
+				}
 			case "mode":
 				p.req.mode = engine.Mode(val)
 			default:
@@ -519,9 +522,23 @@ func parseMillis(s string) (int64, error) {
 	return d.Milliseconds(), nil
 }
 
+// unquote returns the text a field's value stands for: a double-quoted
+// string in Go syntax, N*"S" for N repetitions of the quoted string S (a
+// value or key at the edge of its bound), or else the word as written.
 func unquote(s string) (string, error) {
 	if strings.HasPrefix(s, `"`) {
 		return strconv.Unquote(s)
+	}
+	if n, q, ok := strings.Cut(s, "*"); ok && strings.HasPrefix(q, `"`) {
+		count, err := strconv.Atoi(n)
+		if err != nil || count < 0 {
+			return "", fmt.Errorf("%q is not N*\"TEXT\"", s)
+		}
+		text, err := strconv.Unquote(q)
+		if err != nil {
+			return "", err
+		}
+		return strings.Repeat(text, count), nil
 	}
 	return s, nil
 }
