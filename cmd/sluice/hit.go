@@ -159,6 +159,14 @@ func runHit(ctx context.Context, o *hitOptions, out io.Writer) error {
 	}
 	defer release()
 	r, err := h.hit(ctx, o.Partition)
+	if code, reason, ok := refusal(err); ok {
+		fmt.Fprintf(out, "allowed      no\nrefused      %s", code)
+		if reason != "" {
+			fmt.Fprintf(out, ": %s", reason)
+		}
+		fmt.Fprintln(out)
+		return exitError{code: exitDenied}
+	}
 	if err != nil {
 		return explain(err)
 	}
@@ -197,11 +205,10 @@ func runHits(ctx context.Context, o *hitOptions, out io.Writer) error {
 			}
 			continue
 		}
-		var werr *wire.Error
-		if errors.As(err, &werr) && (werr.Code == wire.CodeLimited || werr.Code == wire.CodeStopped) {
+		if code, _, ok := refusal(err); ok {
 			refused++
 			if first == "" {
-				first = werr.Code
+				first = code
 			}
 			continue
 		}
@@ -220,6 +227,17 @@ func runHits(ctx context.Context, o *hitOptions, out io.Writer) error {
 		return exitError{code: exitDenied}
 	}
 	return nil
+}
+
+// refusal reports whether err is a refusal by admission (guard_limited for
+// a fairness quota, guard_stopped for a stopped or exhausted family), which
+// the hit commands count as a denial, with its code and reason.
+func refusal(err error) (wire.Code, string, bool) {
+	var werr *wire.Error
+	if errors.As(err, &werr) && (werr.Code == wire.CodeLimited || werr.Code == wire.CodeStopped) {
+		return werr.Code, werr.Reason, true
+	}
+	return "", "", false
 }
 
 // clientConfig returns the client configuration of o, reading the secret
