@@ -162,6 +162,22 @@ func TestHitRefusedExitsAsDenied(t *testing.T) {
 	}
 }
 
+// A failure ends sluice hit --count at once: the output counts the hits
+// made, the failed one among them, not the hits asked for.
+func TestHitCountStopsAtAFailure(t *testing.T) {
+	hs := newAdmissionServer(t, defaultAdmissionFlags())
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	out, err := runSluice(t, env, "hit", "--partition", "p", "--limit", "10", "--window", "1h", "--family", "nope", "--count", "3")
+	if err == nil || !strings.Contains(err.Error(), `unknown family "nope"`) {
+		t.Errorf("hit --count 3 of an unknown family: %v; want a failure naming the family", err)
+	}
+	for _, want := range []string{"hits         1 of 3\n", "admitted     0\n", "failed       1\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // An empty --family (an unset shell variable, say) is refused: it never
 // becomes the global stop or resume that leaving the flag out asks for.
 func TestControlRefusesAnEmptyFamily(t *testing.T) {
