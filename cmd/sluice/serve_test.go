@@ -24,8 +24,9 @@ const serveProcessDirEnv = "SLUICE_TEST_SERVE_PROCESS_DIR"
 func TestServeProcess(t *testing.T) {
 	if dir := os.Getenv(serveProcessDirEnv); dir != "" {
 		// As main does: a failure is reported on standard error and
-		// ends the process with status 1.
-		root := newRootCmd(os.LookupEnv)
+		// ends the process with status 1. No SLUICE_* variable of the
+		// test's environment applies.
+		root := newRootCmd(mapEnv(nil))
 		root.SetArgs([]string{"serve", "--data-dir", dir, "--addr", "127.0.0.1:0"})
 		if err := root.Execute(); err != nil {
 			fmt.Fprintln(os.Stderr, "sluice:", err)
