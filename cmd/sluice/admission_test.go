@@ -114,8 +114,8 @@ func TestControlFamilyStopAndState(t *testing.T) {
 		}
 	}
 	hit := []string{"hit", "--partition", "p", "--limit", "10", "--window", "1h"}
-	if _, err := runSluice(t, env, append(hit, "--family", "a")...); err == nil || !strings.Contains(err.Error(), "guard_stopped") {
-		t.Errorf("hit of the stopped family: %v", err)
+	if out, err := runSluice(t, env, append(hit, "--family", "a")...); err == nil || !strings.Contains(out, "guard_stopped") {
+		t.Errorf("hit of the stopped family: %v, %q", err, out)
 	}
 	if out, err := runSluice(t, env, append(hit, "--family", "b")...); err != nil {
 		t.Errorf("hit of the other family: %v, %q", err, out)
@@ -133,6 +133,48 @@ func TestControlFamilyStopAndState(t *testing.T) {
 	}
 	if _, err := runSluice(t, env, "control", "stop", "--family", "nope"); err == nil || !strings.Contains(err.Error(), `unknown family "nope"`) {
 		t.Errorf("stop of an unknown family: %v", err)
+	}
+}
+
+// A hit refused by admission exits 2, as a denied one does, however many
+// hits are asked for, and says which refusal it met; a request the server
+// finds invalid is a failure, exit status 1.
+func TestHitRefusedExitsAsDenied(t *testing.T) {
+	flags := defaultAdmissionFlags()
+	flags.DailyBudget, flags.Families = "1000", "a,b"
+	hs := newAdmissionServer(t, flags)
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_OPERATOR_TOKEN": testToken, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	if out, err := runSluice(t, env, "control", "stop", "--family", "a", "--reason", "maintenance"); err != nil {
+		t.Fatalf("stop --family a: %v, %q", err, out)
+	}
+	hit := []string{"hit", "--partition", "p", "--limit", "10", "--window", "1h", "--family", "a"}
+	for _, count := range []string{"1", "2"} {
+		out, err := runSluice(t, env, append(hit, "--count", count)...)
+		var exit exitError
+		if !errors.As(err, &exit) || exit.code != exitDenied || !strings.Contains(out, "guard_stopped") {
+			t.Errorf("hit --count %s of the stopped family: %v, %q; want exit status %d naming guard_stopped", count, err, out, exitDenied)
+		}
+	}
+	out, err := runSluice(t, env, "hit", "--partition", "p", "--limit", "10", "--window", "1h", "--family", "nope")
+	var exit exitError
+	if err == nil || errors.As(err, &exit) || !strings.Contains(err.Error(), `unknown family "nope"`) {
+		t.Errorf("hit of an unknown family: %v, %q; want a failure naming the family", err, out)
+	}
+}
+
+// A failure ends sluice hit --count at once: the output counts the hits
+// made, the failed one among them, not the hits asked for.
+func TestHitCountStopsAtAFailure(t *testing.T) {
+	hs := newAdmissionServer(t, defaultAdmissionFlags())
+	env := map[string]string{"SLUICE_URL": hs.URL, "SLUICE_SECRET": testSecret, "SLUICE_PEPPER": testPepper}
+	out, err := runSluice(t, env, "hit", "--partition", "p", "--limit", "10", "--window", "1h", "--family", "nope", "--count", "3")
+	if err == nil || !strings.Contains(err.Error(), `unknown family "nope"`) {
+		t.Errorf("hit --count 3 of an unknown family: %v; want a failure naming the family", err)
+	}
+	for _, want := range []string{"hits         1 of 3\n", "admitted     0\n", "failed       1\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
 

@@ -59,7 +59,8 @@ unparsable source is the shared unknown bucket.
 --count N makes N hits, one RPC each, and prints how many the server
 admitted, how many the window allowed, and how many admission refused, with
 the code of the first refusal (guard_limited for a fairness quota,
-guard_stopped for a stopped or exhausted family).
+guard_stopped for a stopped or exhausted family). Any other failure ends the
+hits at once: "hits" then counts those made, the failed one among them.
 
 Exits 0 when every hit is allowed, 2 when one is denied or refused and 1 on
 a failure.`,
@@ -159,6 +160,14 @@ func runHit(ctx context.Context, o *hitOptions, out io.Writer) error {
 	}
 	defer release()
 	r, err := h.hit(ctx, o.Partition)
+	if code, reason, ok := refusal(err); ok {
+		fmt.Fprintf(out, "allowed      no\nrefused      %s", code)
+		if reason != "" {
+			fmt.Fprintf(out, ": %s", reason)
+		}
+		fmt.Fprintln(out)
+		return exitError{code: exitDenied}
+	}
 	if err != nil {
 		return explain(err)
 	}
@@ -178,17 +187,19 @@ func runHit(ctx context.Context, o *hitOptions, out io.Writer) error {
 
 // runHits makes o.Count hits and prints what admission and the window made
 // of them. A refusal by admission (guard_limited, guard_stopped) is counted
-// and the hits go on; any other failure ends them.
+// and the hits go on; any other failure ends them, and the output counts
+// the hits made, the failed one among them.
 func runHits(ctx context.Context, o *hitOptions, out io.Writer) error {
 	h, release, err := newHitter(o)
 	if err != nil {
 		return err
 	}
 	defer release()
-	var admitted, allowed, refused int
+	var made, admitted, allowed, refused int
 	var first wire.Code
 	var failure error
 	for range o.Count {
+		made++
 		r, err := h.hit(ctx, o.Partition)
 		if err == nil {
 			admitted++
@@ -197,29 +208,45 @@ func runHits(ctx context.Context, o *hitOptions, out io.Writer) error {
 			}
 			continue
 		}
-		var werr *wire.Error
-		if errors.As(err, &werr) && (werr.Code == wire.CodeLimited || werr.Code == wire.CodeStopped) {
+		if code, _, ok := refusal(err); ok {
 			refused++
 			if first == "" {
-				first = werr.Code
+				first = code
 			}
 			continue
 		}
 		failure = explain(err)
 		break
 	}
-	fmt.Fprintf(out, "hits         %d\nadmitted     %d\nallowed      %d\nrefused      %d", o.Count, admitted, allowed, refused)
+	if failure != nil {
+		fmt.Fprintf(out, "hits         %d of %d\n", made, o.Count)
+	} else {
+		fmt.Fprintf(out, "hits         %d\n", made)
+	}
+	fmt.Fprintf(out, "admitted     %d\nallowed      %d\nrefused      %d", admitted, allowed, refused)
 	if first != "" {
 		fmt.Fprintf(out, " (first: %s)", first)
 	}
 	fmt.Fprintln(out)
 	switch {
 	case failure != nil:
+		fmt.Fprintln(out, "failed       1")
 		return failure
 	case allowed < o.Count:
 		return exitError{code: exitDenied}
 	}
 	return nil
+}
+
+// refusal reports whether err is a refusal by admission (guard_limited for
+// a fairness quota, guard_stopped for a stopped or exhausted family), which
+// the hit commands count as a denial, with its code and reason.
+func refusal(err error) (wire.Code, string, bool) {
+	var werr *wire.Error
+	if errors.As(err, &werr) && (werr.Code == wire.CodeLimited || werr.Code == wire.CodeStopped) {
+		return werr.Code, werr.Reason, true
+	}
+	return "", "", false
 }
 
 // clientConfig returns the client configuration of o, reading the secret

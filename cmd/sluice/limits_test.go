@@ -209,6 +209,39 @@ func TestRenderKeepsComments(t *testing.T) {
 	}
 }
 
+// Every name the server accepts is written so that it reads back as the
+// same name, in a new file and in a rewritten one, in both formats:
+// those YAML would read as a number, a boolean, null, a document marker or
+// a sequence are quoted.
+func TestRenderQuotesNamesYAMLWouldMisread(t *testing.T) {
+	cfg := wire.LimiterConfig{LimitPerWindow: 1, WindowMs: 1000, LeaseTTLMs: 30000, RefillFraction: 0.5}
+	state, rts := limits{}, routes{}
+	for _, name := range []string{".inf", ".Inf", "-.inf", ".nan", ".NaN", "...", "---", "-", "1.0", "123", "true", "null", "0x10", "billing-api"} {
+		if err := wire.ValidateLimiterName(name); err != nil {
+			t.Fatal(err)
+		}
+		state[name] = cfg
+		rts[name] = wire.PolicyConfig{Limit: 1, WindowMs: 1000, Kind: "fixed"}
+	}
+	for _, format := range []limitsFormat{formatYAML, formatJSONC} {
+		old, err := parseLimits(format, []byte(map[limitsFormat]string{formatYAML: sampleYAML, formatJSONC: sampleJSONC}[format]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, old := range []*parsedLimits{nil, old} {
+			out, err := renderLimits(format, old, state, rts)
+			if err != nil {
+				t.Errorf("format %d, rewriting %t: %v", format, old != nil, err)
+				continue
+			}
+			back, err := parseLimits(format, out)
+			if err != nil || !maps.Equal(back.limits, state) || !maps.Equal(back.routes, rts) {
+				t.Errorf("format %d, rewriting %t: the file reads as %v, %v, %v", format, old != nil, back.limits, back.routes, err)
+			}
+		}
+	}
+}
+
 func TestLimitsApplyAndStats(t *testing.T) {
 	hs := newLimitsServer(t)
 	dir := t.TempDir()

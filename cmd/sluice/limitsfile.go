@@ -442,22 +442,36 @@ func outRouteOf(c wire.PolicyConfig) outRoute {
 	return outRoute{Limit: c.Limit, WindowMs: c.WindowMs, Kind: c.Kind}
 }
 
+// outName is a limiter or policy name as sluice writes it.
+type outName string
+
+// MarshalYAML writes the name bare when YAML reads it back as that name,
+// and quoted otherwise: the YAML encoder quotes a name it would read as a
+// number or a boolean, but not .inf, .nan or "...".
+func (n outName) MarshalYAML() ([]byte, error) {
+	var v any
+	if err := yaml.Unmarshal([]byte(n), &v); err == nil && v == any(string(n)) {
+		return []byte(n), nil
+	}
+	return []byte(strconv.Quote(string(n))), nil
+}
+
 // outDoc is a limits file as sluice writes it: "routes" only when there
 // are some.
 type outDoc struct {
-	Limiters map[string]outEntry `yaml:"limiters" json:"limiters"`
-	Routes   map[string]outRoute `yaml:"routes,omitempty" json:"routes,omitempty"`
+	Limiters map[outName]outEntry `yaml:"limiters" json:"limiters"`
+	Routes   map[outName]outRoute `yaml:"routes,omitempty" json:"routes,omitempty"`
 }
 
 func outDocOf(state limits, rts routes) outDoc {
-	doc := outDoc{Limiters: make(map[string]outEntry, len(state))}
+	doc := outDoc{Limiters: make(map[outName]outEntry, len(state))}
 	for name, c := range state {
-		doc.Limiters[name] = outOf(c)
+		doc.Limiters[outName(name)] = outOf(c)
 	}
 	if len(rts) > 0 {
-		doc.Routes = make(map[string]outRoute, len(rts))
+		doc.Routes = make(map[outName]outRoute, len(rts))
 		for name, c := range rts {
-			doc.Routes[name] = outRouteOf(c)
+			doc.Routes[outName(name)] = outRouteOf(c)
 		}
 	}
 	return doc

@@ -313,6 +313,12 @@ func openStore(cfg serveConfig, log *slog.Logger) (engine.Store, error) {
 		dc.Sync, dc.SyncInterval = cfg.Fsync, cfg.FsyncInterval
 		dc.Logger = log.With("component", "diskstore")
 		st, err := diskstore.Open(dc)
+		if errors.Is(err, syscall.EAGAIN) {
+			// Pebble holds a lock on the store while it is open: the lock
+			// is taken, by another process.
+			return nil, fmt.Errorf("the disk store in %s is in use by another process, such as a sluice serve already running on %s: only one server may use a data directory at a time (%w)",
+				dc.Dir, absPath(cfg.DataDir), err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("opening the disk store in %s: %w", dc.Dir, err)
 		}
