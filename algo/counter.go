@@ -53,8 +53,9 @@ func (b Budget) Validate() error {
 	return nil
 }
 
-// BudgetState is a budget's stored counter and the instant it expires. The
-// zero value (or any state with ExpireAt ≤ now) is an empty budget.
+// BudgetState is a budget's stored counter and the instant it expires. Any
+// state with ExpireAt ≤ now is an empty budget (the zero value, from the
+// Unix epoch on).
 type BudgetState struct {
 	Count    int64
 	ExpireAt int64

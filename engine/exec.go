@@ -352,7 +352,9 @@ func (x *Executor) reserve(c *Command, r *Result) error {
 		if err != nil {
 			return err
 		}
-		st := algo.BudgetState{}
+		// An absent budget is an expired one, at any now: the zero state
+		// would be a live window ending at the Unix epoch before it.
+		st := algo.BudgetState{ExpireAt: x.now}
 		if ok {
 			st = algo.BudgetState{Count: n, ExpireAt: rec.ExpireAt}
 		}

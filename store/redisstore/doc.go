@@ -175,7 +175,8 @@
 //
 // A denial is a result. A batch that fails as a batch fails in every
 // store — engine.ErrWrongType, engine.ErrOverflow,
-// engine.ErrOperationConflict — with nothing written. Every other failure —
+// engine.ErrOperationConflict, engine.ErrCorrupt (a key holding a record
+// the batch code would never write) — with nothing written. Every other failure —
 // a timeout, a refused connection, an unresponsive server, redirections
 // exhausted, CROSSSLOT, an OOM or BUSY reply, an ACL refusal (which the
 // error names as such), a reply that does not decode — is

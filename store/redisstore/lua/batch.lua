@@ -29,9 +29,16 @@ end
 
 -- Records: read once, then held and changed in the local table.
 
+-- isInt reports whether v is an integer the script computes with exactly
+-- (|v| < 2^53), as is every number the script stores: a record holding any
+-- other number is corrupt, as its Go encoding would be.
+local function isInt(v)
+	return type(v) == 'number' and v == floor(v) and v > -9007199254740992 and v < 9007199254740992
+end
+
 local function decode(key, v)
 	local ok, rec = pcall(cmsgpack.unpack, v)
-	if not ok or type(rec) ~= 'table' or type(rec[1]) ~= 'number' or type(rec[2]) ~= 'number' or rec[1] < VALUE or rec[1] > REPLAY then
+	if not ok or type(rec) ~= 'table' or not isInt(rec[1]) or not isInt(rec[2]) or rec[1] < VALUE or rec[1] > REPLAY then
 		fail(CORRUPT, 'key ' .. name(key) .. ' holds no Sluice record')
 	end
 	return rec
@@ -155,7 +162,7 @@ local function keyAt(i)
 end
 
 -- S is what the command families need of the batch.
-local S = {get = get, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber,
+local S = {get = get, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber, isInt = isInt,
 	value = value, key = key, keyAt = keyAt, arg = arg, num = num, addWindow = addWindow, name = name}
 local values, counters, windows, budgets, gates, pace
 

@@ -79,7 +79,7 @@ local function buildBudgets(S, counters)
 			wrongType(k, rec[1], RECEIPT)
 		end
 		local cost, names = rec[3], rec[4]
-		need(isNumber(cost) and cost >= 1 and type(names) == 'table', k)
+		need(S.isInt(cost) and cost >= 1 and type(names) == 'table', k)
 		for _, n in ipairs(names) do
 			need(type(n) == 'string', k)
 			-- The budgets share the receipt's partition, so their keys share

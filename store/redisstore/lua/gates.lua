@@ -10,7 +10,8 @@ local function buildGates(S)
 		need(type(flat) == 'table' and #flat % 2 == 0, k)
 		local leases = {}
 		for i = 1, #flat, 2 do
-			need(isNumber(flat[i]) and type(flat[i + 1]) == 'string', k)
+			-- algo.DecodeGate: a lease id of at most algo.MaxLeaseID bytes.
+			need(S.isInt(flat[i]) and type(flat[i + 1]) == 'string' and #flat[i + 1] <= 64, k)
 			leases[#leases + 1] = {id = flat[i + 1], exp = flat[i]}
 		end
 		return leases

@@ -57,19 +57,31 @@ local function buildWindows(S)
 	-- once stored.
 	local EMPTY = {{FIXED, 0, 0, 0}, {SLIDING, 0, 0, 0, 0}, {LOG, 0, EMPTY_LOG}, {GCRA, 0, 0, 0}}
 
+	local isInt = S.isInt
+
+	-- isCount reports whether v is a count a window may hold: 0 … MaxLimit.
+	local function isCount(v)
+		return isInt(v) and v >= 0 and v <= MAX_LIMIT
+	end
+
 	-- checkWindow checks that rec, a record of kind's window record kind,
-	-- holds that kind's state, and returns it: a stored record is its own
-	-- state.
+	-- holds that kind's state, as algo.DecodeWindow does, and returns it: a
+	-- stored record is its own state.
 	local function checkWindow(key, kind, rec)
 		local a, b, c = rec[3], rec[4], rec[5]
 		if kind == K_FIXED then
-			need(isNumber(a) and isNumber(b), key)
+			need(isInt(a) and isCount(b), key)
 		elseif kind == K_SLIDING then
-			need(isNumber(a) and isNumber(b) and isNumber(c), key)
+			need(isInt(a) and isCount(b) and isCount(c), key)
 		elseif kind == K_LOG then
 			need(type(a) == 'table' and #a % 2 == 0, key)
+			-- Entries of 1 … MaxLimit, strictly in order of time.
+			for i = 1, #a, 2 do
+				local at, n = a[i], a[i + 1]
+				need(isInt(at) and isCount(n) and n >= 1 and (i == 1 or at > a[i - 2]), key)
+			end
 		else
-			need(isNumber(a) and isNumber(b) and b >= 0 and b < MAX_LIMIT, key)
+			need(isInt(a) and isInt(b) and b >= 0 and b < MAX_LIMIT, key)
 		end
 		return rec
 	end
