@@ -49,7 +49,8 @@ batches, and a failed step does not undo the steps before it.
 
 [Engine.Do] runs a whole request: step by step through [Store.Apply], or in
 one call to a store that implements [RequestStore] (a remote server reached
-in one round trip), which must give the same results. [Engine.Apply] runs
+in one round trip), which must give the same results (except that a failed
+request may come back with no results for the steps before the failure). [Engine.Apply] runs
 one batch without a replay record, reusing the caller's [StepResult] so that
 a steady-state caller allocates nothing. [Engine.ApplyReserved] does the same
 on a reserved partition ([ReservedPartition]), which no request can name:

@@ -145,7 +145,10 @@ type RemoteStore interface {
 // such as a remote server reached in one round trip. Engine.Do hands it the
 // validated request instead of calling Apply step by step; it must give the
 // same results (sequential skipping, replay records under the request's
-// operation id and step indexes).
+// operation id and step indexes), with one exception: when a step fails, it
+// may return the error with no results at all, where Engine.Do over a
+// local store also returns those of the steps before it. Their effects
+// stand either way.
 type RequestStore interface {
 	Store
 	Do(ctx context.Context, r *Request) (*Response, error)
