@@ -59,10 +59,11 @@ unparsable source is the shared unknown bucket.
 --count N makes N hits, one RPC each, and prints how many the server
 admitted, how many the window allowed, and how many admission refused, with
 the code of the first refusal (guard_limited for a fairness quota,
-guard_stopped for a stopped or exhausted family).
+guard_stopped for a stopped server or a stopped or exhausted family).
 
-Exits 0 when every hit is allowed, 2 when one is denied or refused and 1 on
-a failure.`,
+Exits 0 when every hit is allowed, 2 when one is denied and 1 on a
+failure. A single hit that admission refuses fails with the server's
+answer; with --count a refusal is counted and exits 2.`,
 		Example: `  sluice hit --partition user:42 --key api --limit 10 --window 1m
   sluice hit --partition ip:203.0.113.9 --key login --kind gcra --limit 5 --window 15m --cost 1
   sluice hit --family replay --source 2001:db8::7 --principal user:42 --partition p --limit 1000 --window 1h --count 50`,
