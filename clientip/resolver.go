@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 )
 
-// A Resolver finds the client address of a request and its bucket, as the
+// Resolver finds the client address of a request and its bucket, as the
 // package documentation describes. Make one with New; it is safe for
 // concurrent use and must not be copied.
 type Resolver struct {

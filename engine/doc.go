@@ -149,7 +149,7 @@ so a retried acquire never takes two slots. Remaining is the free slots left,
 ResetAt the latest lease expiry and, for a denial, RetryAfterMs the time until
 the earliest live lease expires. A crashed holder's lease simply expires.
 gate.renew ([Renew]) extends a live lease to now+TTL, never shortening it;
-Found reports whether the lease was held. gate.release ([Release]) drops a
+Found reports whether the lease was held, ResetAt the latest lease expiry. gate.release ([Release]) drops a
 lease and is idempotent; Found reports whether it was live.
 
 pace.take, pace.claim and pace.penalize ([Pace]) drive a paced limiter: an
@@ -158,16 +158,17 @@ cost grants: At is the earliest slot (never before an earlier reservation nor
 before a penalty deadline); if At is within MaxWaitMs of now the slot is
 reserved in the log and Allowed is true, and the caller must not run before
 At; otherwise nothing is recorded, Allowed is false and RetryAfterMs is
-At−now. pace.claim is called by the holder of the slot At once its time has
-come: before At it is denied with the remaining wait; if a penalty arrived
-after the slot was reserved and ends later, the slot is moved (At changes, or
-the claim is denied if the new wait exceeds MaxWaitMs), so a penalty never
-lets a caller run early. pace.penalize records an upstream rate limit: no slot
-is granted before now+DelayMs (deadlines take the maximum), and the window
-recovering at the deadline reopens with at most RefillPermille/1000 of the
-limit (default one half); At is the deadline in force. Slots the penalty
-moves are new grants in that window: they share its refill with every other
-caller.
+At−now. Remaining is the allowance the log has left at now, and ResetAt the
+instant it will hold no grant. pace.claim is called by the holder of the slot
+At once its time has come: before At it is denied with the remaining wait; if
+a penalty arrived after the slot was reserved and ends later, the slot is
+moved (At changes, or the claim is denied if the new wait exceeds MaxWaitMs),
+so a penalty never lets a caller run early. pace.penalize records an upstream
+rate limit: no slot is granted before now+DelayMs (deadlines take the
+maximum), and the window recovering at the deadline reopens with at most
+RefillPermille/1000 of the limit (default one half); At is the deadline in
+force and Remaining the allowance left at now. Slots the penalty moves are
+new grants in that window: they share its refill with every other caller.
 
 # Bounds
 

@@ -21,6 +21,7 @@ import (
 // passes store/storetest.
 type Store interface {
 	Apply(ctx context.Context, b *Batch, out *StepResult) error
+	// Close releases the store. Later calls fail with ErrClosed.
 	Close() error
 }
 

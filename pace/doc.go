@@ -23,8 +23,8 @@ use the client package's Guard.
 
 The limiter lives in a store, and every process sharing the limit must use
 the same store: the embedded store behind `sluice serve`, reached through
-the client package, or, within one process, store/memstore or
-store/diskstore. Nothing here knows which.
+the client package, a Redis shared through store/redisstore, or, within
+one process, store/memstore or store/diskstore. Nothing here knows which.
 
 # Defining, configuring, binding
 

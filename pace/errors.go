@@ -62,6 +62,7 @@ type WaitError struct {
 	Limit time.Duration
 }
 
+// Error names the limiter, the wait and the longest acceptable wait.
 func (e *WaitError) Error() string {
 	return fmt.Sprintf("pace: limiter %q: the next slot is %v away, more than the %v the call may wait", e.Limiter, e.Wait, e.Limit)
 }
@@ -84,6 +85,7 @@ type CallError struct {
 	Err error
 }
 
+// Error names the limiter, the attempts made and the last failure.
 func (e *CallError) Error() string {
 	return fmt.Sprintf("pace: limiter %q: call failed after %d attempt(s): %v", e.Limiter, e.Attempts, e.Err)
 }

@@ -59,8 +59,9 @@ unparsable source is the shared unknown bucket.
 --count N makes N hits, one RPC each, and prints how many the server
 admitted, how many the window allowed, and how many admission refused, with
 the code of the first refusal (guard_limited for a fairness quota,
-guard_stopped for a stopped or exhausted family). Any other failure ends the
-hits at once: "hits" then counts those made, the failed one among them.
+guard_stopped for a stopped server or a stopped or exhausted family). Any
+other failure ends the hits at once: "hits" then counts those made, the
+failed one among them.
 
 Exits 0 when every hit is allowed, 2 when one is denied or refused and 1 on
 a failure.`,

@@ -44,10 +44,10 @@ second; later starts reuse them. --secrets, --operator-token and --pepper
 replace the files.
 
 With --store redis://host:6379 (or rediss://, redis+cluster://host1:port,
-host2:port, redis+sentinel://host:26379/mastername) the quotas, replay
-records, the stop fence and the admission state live in Redis, and any
-number of servers given the same URL, --secrets and --operator-token share
-them. Prefer $SLUICE_REDIS_PASSWORD to a password in the URL. A rediss://
+host2:port, redis+sentinel://host:26379/mastername, and rediss+cluster://
+and rediss+sentinel:// over TLS) the quotas, replay records, the stop
+fence and the admission state live in Redis, and any number of servers
+given the same URL, --secrets and --operator-token share them. Prefer $SLUICE_REDIS_PASSWORD to a password in the URL. A rediss://
 store of a private authority, or requiring client certificates, takes
 --redis-tls-ca, --redis-tls-cert and --redis-tls-key.
 
@@ -86,9 +86,9 @@ requests, then closes the store.`,
 	fl.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory of the credential files and the embedded store")
 	fl.StringVar(&secrets, "secrets", "", "signing secrets, comma-separated, current first (default: the data directory's secret file)")
 	fl.StringVar(&cfg.OperatorToken, "operator-token", "", "bearer token of the operator endpoints (default: the data directory's operator-token file)")
-	fl.StringVar(&cfg.Pepper, "pepper", "", "the clients' key-hashing pepper, which /v1/limiters needs (default: the data directory's pepper file)")
-	fl.StringVar(&cfg.LimitsKey, "limits-key", "", "bearer token granting /v1/limiters only (default: none; the operator token grants it too)")
-	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable), memory (lost on exit), or a Redis URL: redis://, rediss://, redis+cluster://, redis+sentinel:// (see docs/operations.md)")
+	fl.StringVar(&cfg.Pepper, "pepper", "", "the clients' key-hashing pepper, which /v1/limiters and /v1/policies need (default: the data directory's pepper file)")
+	fl.StringVar(&cfg.LimitsKey, "limits-key", "", "bearer token granting /v1/limiters and /v1/policies only (default: none; the operator token grants them too)")
+	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable), memory (lost on exit), or a Redis URL: redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel://, rediss+sentinel:// (see docs/operations.md)")
 	fl.StringVar(&fsync, "fsync", string(cfg.Fsync), "write-ahead log fsync policy of the disk store: always, interval or never")
 	fl.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period under --fsync interval")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -46,7 +46,8 @@ type serveConfig struct {
 	// Pepper, when PepperSet, replaces the data directory's pepper file.
 	Pepper    string
 	PepperSet bool
-	// LimitsKey, if set, is the bearer token granting /v1/limiters only.
+	// LimitsKey, if set, is the bearer token granting /v1/limiters and
+	// /v1/policies only.
 	LimitsKey string
 	// Store is storeDisk, storeMemory or a Redis URL (see
 	// redisstore.ParseURL), configured further by Redis.

@@ -226,6 +226,7 @@ type EvictionError struct {
 	Policy string
 }
 
+// Error names the eviction policy and why it must be noeviction.
 func (e *EvictionError) Error() string {
 	return fmt.Sprintf("%v: redisstore: maxmemory-policy is %q; it must be noeviction, or an evicted window or replay record would admit more than its limit (set AllowEviction to accept that)", engine.ErrInvalid, e.Policy)
 }
@@ -233,14 +234,14 @@ func (e *EvictionError) Error() string {
 // Unwrap returns engine.ErrInvalid.
 func (e *EvictionError) Unwrap() error { return engine.ErrInvalid }
 
-// Close closes the store and its client. Later calls fail with
-// engine.ErrClosed. Close is idempotent.
 var _ engine.RemoteStore = (*Store)(nil)
 
 // Remote marks the store as an engine.RemoteStore: every batch is a round
 // trip to Redis.
 func (*Store) Remote() {}
 
+// Close closes the store and its client. Later calls fail with
+// engine.ErrClosed. Close is idempotent.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
