@@ -270,15 +270,23 @@ func validateURL(raw string) error {
 	if raw == "" {
 		return errors.New("no server URL configured")
 	}
+	// No message quotes raw: it may carry a password. url.Parse's error
+	// quotes it whole, so only its cause is kept.
 	u, err := url.Parse(raw)
 	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
 		return fmt.Errorf("server URL does not parse: %w", err)
 	}
 	switch {
-	case u.Hostname() == "" || u.Opaque != "":
-		return fmt.Errorf("server URL %q has no host", raw)
 	case u.User != nil:
 		return errors.New("server URL carries credentials (use the signing secret)")
+	case u.Opaque != "":
+		return fmt.Errorf("server URL of scheme %q has no host (want %s://host)", u.Scheme, u.Scheme)
+	case u.Hostname() == "":
+		return fmt.Errorf("server URL %q has no host", u.Redacted())
 	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.ForceQuery, strings.Contains(raw, "#"):
 		// The paths are appended to raw: an empty fragment ("#") would
 		// turn them into one.

@@ -2,12 +2,15 @@ package client_test
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/logtest"
 )
 
 var (
@@ -217,4 +220,63 @@ func TestConfigFromEnvCoalesceOff(t *testing.T) {
 	if err != nil || cfg.Coalesce != client.CoalesceOff {
 		t.Fatalf("coalesce %d, %v; want %d", cfg.Coalesce, err, client.CoalesceOff)
 	}
+}
+
+// A server URL that carries a password is refused, and the password appears
+// in no error the client returns or logs, whatever else is wrong with the
+// URL.
+func TestConfigURLPasswordNeverQuoted(t *testing.T) {
+	const password = "hunter2-url-password"
+	for _, raw := range []string{
+		"https://user:" + password + "@/",
+		"https://user:" + password + "@",
+		"https://user:" + password + "@ho st",
+		"https://user:" + password + "@[::1",
+		"https://user:" + password + "@example.com:99999",
+		"https://user:" + password + "@example.com/path",
+		"ftp://user:" + password + "@example.com",
+		"https://user:" + password + "@example.com",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			cfg := client.DefaultConfig()
+			cfg.URL, cfg.Secret, cfg.Pepper = raw, goodSecret, goodPepper
+			err := cfg.Validate()
+			if err == nil {
+				t.Fatal("valid, want an error")
+			}
+			if strings.Contains(err.Error(), password) {
+				t.Errorf("Validate quotes the password: %v", err)
+			}
+			logs := &logtest.Recorder{}
+			cfg.Logger = slog.New(logs)
+			c := client.New(cfg)
+			defer c.Close()
+			if err := c.Err(); err == nil || strings.Contains(err.Error(), password) {
+				t.Errorf("Err = %v, want an error that does not quote the password", err)
+			}
+			if logs.Len() == 0 {
+				t.Fatal("the invalid configuration was not logged")
+			}
+			for _, rec := range logs.Records() {
+				if s := recordText(rec); strings.Contains(s, password) {
+					t.Errorf("logged the password: %s", s)
+				}
+			}
+			lc := client.LimitersConfig{URL: raw, Key: goodSecret}
+			if err := lc.Validate(); err == nil || strings.Contains(err.Error(), password) {
+				t.Errorf("LimitersConfig.Validate = %v, want an error that does not quote the password", err)
+			}
+		})
+	}
+}
+
+// recordText is a log record's message and every attribute, as text.
+func recordText(rec slog.Record) string {
+	var b strings.Builder
+	b.WriteString(rec.Message)
+	rec.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%s", a.Key, a.Value)
+		return true
+	})
+	return b.String()
 }

@@ -87,9 +87,11 @@ func (c *Command) Validate() error {
 			if err := checkKey("window key", w.Key); err != nil {
 				return err
 			}
-			for _, o := range c.Windows[:i] {
+			// By position, never by key: a key is often a raw
+			// identifier, and errors reach logs.
+			for j, o := range c.Windows[:i] {
 				if o.Key == w.Key {
-					return invalid("window key %q used twice in one hit", w.Key)
+					return invalid("windows %d and %d of one hit share a key", j, i)
 				}
 			}
 			l := w.limit()
@@ -208,12 +210,13 @@ func (c *Command) validateReserve() error {
 		if err := checkKey("budget key", b.Key); err != nil {
 			return err
 		}
+		// By position, never by key, as for windows.
 		if b.Key == c.Receipt {
-			return invalid("budget key %q is also the receipt", b.Key)
+			return invalid("budget %d's key is also the receipt", i)
 		}
-		for _, o := range c.Budgets[:i] {
+		for j, o := range c.Budgets[:i] {
 			if o.Key == b.Key {
-				return invalid("budget key %q used twice in one reservation", b.Key)
+				return invalid("budgets %d and %d of one reservation share a key", j, i)
 			}
 		}
 		if err := (algo.Budget{Limit: b.Limit, Window: b.WindowMs}).Validate(); err != nil {

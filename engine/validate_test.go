@@ -95,7 +95,7 @@ func invalidRequests() []struct {
 		// win.hit.
 		{"hit without windows", hitOf(1), "0 windows"},
 		{"5 windows", hitOf(1, fixed("a", 9, minute), fixed("b", 9, minute), fixed("c", 9, minute), fixed("d", 9, minute), fixed("e", 9, minute)), "5 windows"},
-		{"duplicate window keys", hitOf(1, fixed("a", 9, second), fixed("a", 9, minute)), `window key "a" used twice`},
+		{"duplicate window keys", hitOf(1, fixed("a", 9, second), fixed("a", 9, minute)), `windows 0 and 1 of one hit share a key`},
 		{"window without kind", hitOf(1, window("w", 0, 10, minute)), "window kind 0"},
 		{"zero limit", hitOf(1, fixed("w", 0, minute)), "limit 0 outside"},
 		{"negative limit", hitOf(1, fixed("w", -1, minute)), "limit -1 outside"},
@@ -135,8 +135,8 @@ func invalidRequests() []struct {
 		// res.*.
 		{"reserve without budgets", reserve("", 1), "0 budgets"},
 		{"5 budgets", reserve("", 1, budget("a", 5, minute, false), budget("b", 5, minute, false), budget("c", 5, minute, false), budget("d", 5, minute, false), budget("e", 5, minute, false)), "5 budgets"},
-		{"duplicate budget keys", reserve("", 1, budget("a", 5, minute, false), budget("a", 9, hour, false)), `budget key "a" used twice`},
-		{"budget key is the receipt", reserve("target", 1, target), `budget key "target" is also the receipt`},
+		{"duplicate budget keys", reserve("", 1, budget("a", 5, minute, false), budget("a", 9, hour, false)), `budgets 0 and 1 of one reservation share a key`},
+		{"budget key is the receipt", reserve("target", 1, target), `budget 0's key is also the receipt`},
 		{"zero budget limit", reserve("", 1, budget("a", 0, minute, false)), "budget limit 0 outside"},
 		{"budget window of 999 ms", reserve("", 1, budget("a", 5, 999, false)), "budget window 999 ms under 1000"},
 		{"budget window of 2^62 ms", reserve("", 1, budget("a", 5, 1<<62, false)), "budget window 4611686018427387904 ms outside"},
