@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -163,5 +165,106 @@ func TestFailedOpenReleasesEverything(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestCloseDuringCalls closes a store twice at once while calls of every
+// kind run on it: each call either completes or returns engine.ErrClosed,
+// both Closes return nil, every call after Close returns ErrClosed, and
+// the reopened directory holds exactly the increments that were
+// acknowledged.
+func TestCloseDuringCalls(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.Clock = testclock.At(t0)
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	incr := []engine.Command{engine.Incr("n", 1, 3_600_000)}
+	batch := func(p string) *engine.Batch { return &engine.Batch{Partition: p, Commands: incr} }
+	// call runs one increment of kind k%3 on partition p (and, for a joint
+	// step, on p's twin) and reports whether it took effect.
+	call := func(k int, p string) (bool, error) {
+		var out engine.StepResult
+		switch k % 3 {
+		case 0:
+			err := s.Apply(t.Context(), batch(p), &out)
+			return err == nil, err
+		case 1:
+			if err := s.ApplyDeferred(t.Context(), batch(p), &out); err != nil {
+				return false, err
+			}
+			return true, s.Sync(t.Context()) // in memory either way, and Close fsyncs it
+		default:
+			outs := make([]engine.StepResult, 2)
+			err := s.ApplyJoint(t.Context(), []*engine.Batch{batch(p), batch(p + "-twin")}, outs)
+			return err == nil, err
+		}
+	}
+
+	const workers = 6
+	var acked, joint [workers]int64
+	var started, done sync.WaitGroup
+	started.Add(workers)
+	for w := range workers {
+		done.Go(func() {
+			p := string(rune('a' + w))
+			for k := w; ; k++ {
+				applied, err := call(k, p)
+				if applied {
+					acked[w]++
+					if k%3 == 2 {
+						joint[w]++
+					}
+				}
+				if k == w {
+					started.Done()
+				}
+				if errors.Is(err, engine.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("worker %d: %v", w, err)
+					return
+				}
+			}
+		})
+	}
+	started.Wait()
+	var closes sync.WaitGroup
+	for range 2 {
+		closes.Go(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	closes.Wait()
+	done.Wait()
+
+	for k := range 3 {
+		if _, err := call(k, "a"); !errors.Is(err, engine.ErrClosed) {
+			t.Errorf("call of kind %d after Close: %v, want ErrClosed", k, err)
+		}
+	}
+	if err := s.Sync(t.Context()); !errors.Is(err, engine.ErrClosed) {
+		t.Errorf("Sync after Close: %v, want ErrClosed", err)
+	}
+
+	s = openTest(t, cfg)
+	count := func(p string) int64 {
+		out := apply(t, s, p, engine.Get("n"))
+		n, _ := strconv.ParseInt(out.Results[0].Value, 10, 64) // absent: 0
+		return n
+	}
+	for w := range workers {
+		p := string(rune('a' + w))
+		if got := count(p); got != acked[w] {
+			t.Errorf("partition %s holds %d after reopening, want the %d increments acknowledged", p, got, acked[w])
+		}
+		if got := count(p + "-twin"); got != joint[w] {
+			t.Errorf("partition %s-twin holds %d after reopening, want the %d joint increments acknowledged", p, got, joint[w])
+		}
 	}
 }
