@@ -122,7 +122,7 @@ type Store struct {
 }
 
 // New returns a store running on client, which it owns from then on: Close
-// closes it.
+// closes it. If New fails, the client is still the caller's to close.
 //
 // The client must honour context deadlines (ContextTimeoutEnabled in the
 // go-redis options), or a call to an unresponsive server would outlive
@@ -233,14 +233,14 @@ func (e *EvictionError) Error() string {
 // Unwrap returns engine.ErrInvalid.
 func (e *EvictionError) Unwrap() error { return engine.ErrInvalid }
 
-// Close closes the store and its client. Later calls fail with
-// engine.ErrClosed. Close is idempotent.
 var _ engine.RemoteStore = (*Store)(nil)
 
 // Remote marks the store as an engine.RemoteStore: every batch is a round
 // trip to Redis.
 func (*Store) Remote() {}
 
+// Close closes the store and its client. Later calls fail with
+// engine.ErrClosed. Close is idempotent.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
