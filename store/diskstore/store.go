@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -131,8 +132,17 @@ func Open(cfg Config) (*Store, error) {
 }
 
 func (s *Store) pebbleOptions() *pebble.Options {
+	// Pebble wraps a nil FS in a disk-health checker whose goroutine only
+	// DB.Close stops: a pebble.Open that fails (the directory locked, not a
+	// directory) would leave it running. Its reports go to an event
+	// listener the store does not set, so the operating system's file
+	// system is passed as it is.
+	fs := s.cfg.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
 	return &pebble.Options{
-		FS:                 s.cfg.FS,
+		FS:                 fs,
 		CacheSize:          s.cfg.CacheBytes,
 		MemTableSize:       uint64(s.cfg.MemTableBytes),
 		FormatMajorVersion: pebble.FormatNewest,

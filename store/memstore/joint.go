@@ -25,8 +25,7 @@ type joint struct {
 	execs  [engine.MaxJointBatches]engine.Executor
 	rs     [engine.MaxJointBatches]reservation
 	fast   [engine.MaxJointBatches]bool   // the batch was evaluated as a reservation (rs)
-	cs     [engine.MaxJointBatches]change // the batches' writes, unless fast
-	keyed  [engine.MaxJointBatches]change // those of cs that write
+	cs     [engine.MaxJointBatches]change // the batches' writes (none if fast)
 	shards [engine.MaxJointBatches]uint64 // the shards' indexes: distinct, in the order they are locked
 }
 
@@ -54,7 +53,7 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 		for i := range n {
 			j.views[i].reset(nil, "", 0) // hold no reference to the caller's strings
 		}
-		j.rs, j.cs, j.keyed = [engine.MaxJointBatches]reservation{}, [engine.MaxJointBatches]change{}, [engine.MaxJointBatches]change{}
+		j.rs, j.cs = [engine.MaxJointBatches]reservation{}, [engine.MaxJointBatches]change{}
 		joints.Put(j)
 	}()
 	shards := j.shards[:0]
@@ -99,15 +98,17 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 	if denied {
 		return nil
 	}
-	// The reservations create no keys; the other batches' writes may.
-	cs := j.keyed[:0]
+	// The reservations create no keys; the other batches' writes may. To
+	// make room reserveKeys sweeps the shards of the changes it is given
+	// (sweepOthers skips the shards this step holds), so it is given every
+	// batch, writing or not.
+	writes := false
 	for i := range n {
-		if !j.fast[i] && len(j.cs[i].writes) > 0 {
-			cs = append(cs, j.cs[i])
-		}
+		j.cs[i].v = &j.views[i]
+		writes = writes || len(j.cs[i].writes) > 0
 	}
-	if len(cs) > 0 {
-		if err := s.reserveKeys(now, left, cs); err != nil {
+	if writes {
+		if err := s.reserveKeys(now, left, j.cs[:n]); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"testing"
 	"time"
@@ -177,5 +178,63 @@ func TestJointStepAtCapacityCreatesNothing(t *testing.T) {
 				t.Fatalf("%d records, want 1", s.Len())
 			}
 		})
+	}
+}
+
+// A joint step at capacity makes room by sweeping every shard it holds,
+// not only the shards of the batches that create keys: an expired record
+// in the shard of a batch that only reads is room, as it is for a batch
+// alone, which sweeps other shards. The reading batch's shard has its
+// sweeps in passing paused (a sweep examined 4 × SweepBatch of its records
+// and found few expired), so only a sweep for room finds the record.
+func TestJointStepSweepsEveryShardItHolds(t *testing.T) {
+	clock := testclock.New(time.UnixMilli(1_700_000_000_000))
+	const maxKeys = 140
+	s, err := New(Config{MaxKeys: maxKeys, Shards: 2, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// reader and writer are partitions on different shards.
+	var names [2]string
+	for i := 0; names[0] == "" || names[1] == ""; i++ {
+		p := fmt.Sprint("p", i)
+		if k := maphash.String(s.seed, p) & s.mask; names[k] == "" {
+			names[k] = p
+		}
+	}
+	reader, writer := names[0], names[1]
+	eng := engine.New(s)
+	apply := func(partition string, cmds ...engine.Command) {
+		t.Helper()
+		var out engine.StepResult
+		if err := eng.Apply(context.Background(), partition, &out, cmds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 130; i += 2 {
+		apply(reader, engine.Set(fmt.Sprint("live", i), "v", 60_000), engine.Set(fmt.Sprint("live", i+1), "v", 60_000))
+	}
+	apply(reader, engine.Set("soon", "v", 1000), engine.Set("later", "v", 1050))
+
+	clock.Advance(time.Second) // "soon" has expired
+	apply(reader, engine.Get("x"))
+	if until := s.shards[maphash.String(s.seed, reader)&s.mask].pausedUntil; until <= engine.UnixMilli(clock) {
+		t.Fatalf("the reader's shard is not paused (until %d, now %d)", until, engine.UnixMilli(clock))
+	}
+	for i := 0; s.Len() < maxKeys; i++ {
+		apply(writer, engine.Set(fmt.Sprint("fill", i), "v", 60_000))
+	}
+
+	clock.Advance(60 * time.Millisecond) // "later" has expired too
+	bs := []*engine.Batch{
+		{Partition: reader, Commands: []engine.Command{engine.Get("x")}},
+		{Partition: writer, Commands: []engine.Command{engine.Set("new", "v", 60_000)}},
+	}
+	outs := make([]engine.StepResult, len(bs))
+	if err := s.ApplyJoint(context.Background(), bs, outs); err != nil {
+		t.Fatalf("a joint step creating a key in a full store holding an expired record in a shard it holds: %v", err)
+	}
+	if s.Len() > maxKeys {
+		t.Fatalf("%d records, max %d", s.Len(), maxKeys)
 	}
 }

@@ -122,7 +122,7 @@ type Store struct {
 }
 
 // New returns a store running on client, which it owns from then on: Close
-// closes it.
+// closes it. If New fails, the client is still the caller's to close.
 //
 // The client must honour context deadlines (ContextTimeoutEnabled in the
 // go-redis options), or a call to an unresponsive server would outlive
