@@ -176,10 +176,15 @@ func NewPolicies(cfg PoliciesConfig) (*Policies, error) {
 }
 
 // checkPolicyName reports whether name can name a policy: 1 to
-// MaxPolicyNameLen letters, digits, '.', '_' or '-'.
+// MaxPolicyNameLen letters, digits, '.', '_' or '-', other than "." and
+// "..", which a URL path cannot carry as a segment, so that every policy is
+// one the server's /v1/policies/{name} reaches.
 func checkPolicyName(name string) error {
 	if len(name) == 0 || len(name) > MaxPolicyNameLen {
 		return fmt.Errorf("%w: policy name of %d bytes (want 1…%d)", ErrInvalidConfig, len(name), MaxPolicyNameLen)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: policy name %q is a path segment of its own", ErrInvalidConfig, name)
 	}
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; {

@@ -163,6 +163,8 @@ func TestPoliciesRejectInvalidInput(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"empty name":        func() error { return pols.Set(ctx, "", good) },
 		"slash in name":     func() error { return pols.Set(ctx, "a/b", good) },
+		"dot name":          func() error { return pols.Set(ctx, ".", good) },
+		"dot-dot name":      func() error { return pols.Set(ctx, "..", good) },
 		"long name":         func() error { return pols.Set(ctx, strings.Repeat("n", httplimit.MaxPolicyNameLen+1), good) },
 		"no limit":          func() error { return pols.Set(ctx, "p", httplimit.Quota{Window: time.Minute}) },
 		"fractional window": func() error { return pols.Set(ctx, "p", httplimit.Quota{Limit: 1, Window: 1500 * time.Millisecond}) },

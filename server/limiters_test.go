@@ -178,6 +178,40 @@ func TestLimitersSeeWhatWorkersConfigure(t *testing.T) {
 	}
 }
 
+// TestLimitersReadBackWhatWorkersConfigure checks that every limiter a
+// worker can configure is one the endpoints can read back: a name a URL
+// path cannot carry as a segment ("." or "..") is refused by pace too,
+// rather than listed by GET /v1/limiters and unreadable through GET
+// /v1/limiters/{name}, where it made "sluice limits stats" fail for every
+// limiter.
+func TestLimitersReadBackWhatWorkersConfigure(t *testing.T) {
+	ctx := context.Background()
+	h := newLimHarness(t, nil)
+	reg := h.worker(limPepper)
+	cfg := pace.DefaultConfig()
+	cfg.Limit, cfg.Window = 10, time.Second
+	for _, name := range []string{"geo", ".", ".."} {
+		if err := reg.Configure(ctx, name, cfg); err != nil && !errors.Is(err, pace.ErrInvalidConfig) {
+			t.Fatalf("configuring %q: %v", name, err)
+		}
+	}
+	admin := h.admin(limToken)
+	list, err := admin.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range list {
+		names = append(names, l.Name)
+		if _, err := admin.Get(ctx, l.Name); err != nil {
+			t.Errorf("%q is listed, but reading it fails: %v", l.Name, err)
+		}
+	}
+	if len(names) != 1 || names[0] != "geo" {
+		t.Errorf("listed %q, want only geo", names)
+	}
+}
+
 func TestLimitersPutPatchGet(t *testing.T) {
 	ctx := context.Background()
 	h := newLimHarness(t, nil)
