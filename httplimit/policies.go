@@ -252,9 +252,13 @@ func noPolicy(name string) error { return fmt.Errorf("policy %q: %w", name, ErrN
 
 // Set stores q as the policy name, creating or replacing it. A quota with
 // no Name is named after the policy. Replacing a policy keeps the counts
-// of its clients where the quota's name and kind are unchanged (a new
-// limit or window applies to the requests already counted); renaming the
-// quota or changing its kind starts them afresh.
+// of its clients where the quota's name, kind and window are unchanged (a
+// new limit applies to the requests already counted); renaming the quota
+// or changing its kind starts them afresh. A new window keeps them only as
+// far as the kind's state allows (see Policy): a fixed or sliding window
+// whose bucket no longer begins where it did counts afresh, so that in the
+// window of the change a client may make up to the new limit on top of
+// what it made under the old one.
 //
 // This process enforces the new quota from its next request on; others
 // within their refresh interval.
