@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -209,6 +213,49 @@ func TestLimitersReadBackWhatWorkersConfigure(t *testing.T) {
 	}
 	if len(names) != 1 || names[0] != "geo" {
 		t.Errorf("listed %q, want only geo", names)
+	}
+}
+
+// TestListsSkipNamesNoLongerTaken checks that an index holding a name
+// written before "." and ".." were refused (no path reaches them) still
+// lists every other limiter and policy, rather than failing whole.
+func TestListsSkipNamesNoLongerTaken(t *testing.T) {
+	ctx := context.Background()
+	h := newLimHarness(t, nil)
+	cfg := pace.DefaultConfig()
+	cfg.Limit, cfg.Window = 10, time.Second
+	if err := h.worker(limPepper).Configure(ctx, "geo", cfg); err != nil {
+		t.Fatal(err)
+	}
+	c, pols := h.service(limPepper, testclock.New(time.Unix(1_800_000_000, 0)))
+	if err := pols.Set(ctx, "search", httplimit.Quota{Limit: 100, Window: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// Add "." to the index shard that holds it, as an older release did.
+	eng := engine.New(c)
+	for _, part := range []string{"pace:registry", httplimit.PolicyPartition} {
+		sum := fnv.New32a()
+		sum.Write([]byte("."))
+		key := fmt.Sprintf("names/%d", sum.Sum32()%8)
+		var out engine.StepResult
+		if err := eng.Apply(ctx, part, &out, engine.Get(key)); err != nil {
+			t.Fatal(err)
+		}
+		names := "."
+		if v := out.Results[0].Value; v != "" {
+			names += "\n" + v
+		}
+		if err := eng.Apply(ctx, part, &out, engine.Set(key, names, engine.MaxTTLMs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lims, err := h.admin(limToken).List(ctx)
+	if err != nil || len(lims) != 1 || lims[0].Name != "geo" {
+		t.Errorf("limiters: %+v, %v; want geo", lims, err)
+	}
+	list, err := h.policyAdmin(limToken).List(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "search" {
+		t.Errorf("policies: %+v, %v; want search", list, err)
 	}
 }
 
