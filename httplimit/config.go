@@ -258,9 +258,12 @@ func (q Quota) name() string {
 //
 // Quota is called once per selected request, before the store is, and
 // must be safe for concurrent use. Differently named quotas are counted
-// apart; a quota whose limit or window changes keeps its count where the
-// window allows. An error, or a quota that does not validate, is handed to
-// Config.OnError and the protected handler does not run.
+// apart. A quota whose limit changes keeps its count; one whose window
+// changes keeps it only where the window's state carries over: a fixed or
+// sliding window keeps it while its bucket begins where the old one did, a
+// log the requests within the old window, GCRA its debt. An error, or a
+// quota that does not validate, is handed to Config.OnError and the
+// protected handler does not run.
 type Policy interface {
 	Quota(r *http.Request) (Quota, error)
 }

@@ -176,10 +176,15 @@ func NewPolicies(cfg PoliciesConfig) (*Policies, error) {
 }
 
 // checkPolicyName reports whether name can name a policy: 1 to
-// MaxPolicyNameLen letters, digits, '.', '_' or '-'.
+// MaxPolicyNameLen letters, digits, '.', '_' or '-', other than "." and
+// "..", which a URL path cannot carry as a segment, so that every policy is
+// one the server's /v1/policies/{name} reaches.
 func checkPolicyName(name string) error {
 	if len(name) == 0 || len(name) > MaxPolicyNameLen {
 		return fmt.Errorf("%w: policy name of %d bytes (want 1…%d)", ErrInvalidConfig, len(name), MaxPolicyNameLen)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: policy name %q is a path segment of its own", ErrInvalidConfig, name)
 	}
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; {
@@ -247,9 +252,13 @@ func noPolicy(name string) error { return fmt.Errorf("policy %q: %w", name, ErrN
 
 // Set stores q as the policy name, creating or replacing it. A quota with
 // no Name is named after the policy. Replacing a policy keeps the counts
-// of its clients where the quota's name and kind are unchanged (a new
-// limit or window applies to the requests already counted); renaming the
-// quota or changing its kind starts them afresh.
+// of its clients where the quota's name, kind and window are unchanged (a
+// new limit applies to the requests already counted); renaming the quota
+// or changing its kind starts them afresh. A new window keeps them only as
+// far as the kind's state allows (see Policy): a fixed or sliding window
+// whose bucket no longer begins where it did counts afresh, so that in the
+// window of the change a client may make up to the new limit on top of
+// what it made under the old one.
 //
 // This process enforces the new quota from its next request on; others
 // within their refresh interval.

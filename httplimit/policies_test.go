@@ -163,6 +163,8 @@ func TestPoliciesRejectInvalidInput(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"empty name":        func() error { return pols.Set(ctx, "", good) },
 		"slash in name":     func() error { return pols.Set(ctx, "a/b", good) },
+		"dot name":          func() error { return pols.Set(ctx, ".", good) },
+		"dot-dot name":      func() error { return pols.Set(ctx, "..", good) },
 		"long name":         func() error { return pols.Set(ctx, strings.Repeat("n", httplimit.MaxPolicyNameLen+1), good) },
 		"no limit":          func() error { return pols.Set(ctx, "p", httplimit.Quota{Window: time.Minute}) },
 		"fractional window": func() error { return pols.Set(ctx, "p", httplimit.Quota{Limit: 1, Window: 1500 * time.Millisecond}) },
@@ -591,5 +593,46 @@ func TestPolicyRecordsAreRenewed(t *testing.T) {
 	codes(h, 1)
 	if p, i := ttls(); p != engine.MaxTTLMs || i != engine.MaxTTLMs {
 		t.Fatalf("after a day, policy ttl %d ms and index ttl %d ms, want %d", p, i, engine.MaxTTLMs)
+	}
+}
+
+// A fixed window changed mid-bucket counts afresh once its bucket no
+// longer begins where the old one did (docs/protocol.md, "Policies
+// endpoints"): in the window of the change a client makes at most the new
+// limit on top of what it made under the old window, and no more. A
+// window whose bucket begins where the old one did keeps the count.
+func TestPolicyWindowChangeCountsAfresh(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	pols := newPolicies(t, mem, clock, time.Second)
+	set := func(w time.Duration) {
+		t.Helper()
+		if err := pols.Set(ctx, "login", httplimit.Quota{Limit: 2, Window: w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(10 * time.Second)
+	h, ran, _ := policyStage(t, mem, pols, "login")
+
+	// At 5 s the 10 s bucket [0, 10s) and the minute [0, 1m) begin
+	// together: the count carries over.
+	clock.Advance(5 * time.Second)
+	if got := codes(h, 2); !slices.Equal(got, statuses(200, 200)) {
+		t.Fatalf("limit 2 per 10 s: %v", got)
+	}
+	set(time.Minute)
+	if got := codes(h, 1); !slices.Equal(got, statuses(429)) {
+		t.Fatalf("limit 2 per minute, bucket begun where the old one did: %v", got)
+	}
+
+	// Back to 10 s at 15 s: the bucket [10s, 20s) begins after the minute's,
+	// so it counts afresh, and holds the limit.
+	set(10 * time.Second)
+	clock.Advance(10 * time.Second)
+	if got := codes(h, 3); !slices.Equal(got, statuses(200, 200, 429)) {
+		t.Fatalf("limit 2 per 10 s after the change: %v", got)
+	}
+	if ran.Load() != 4 {
+		t.Fatalf("handler ran %d times, want 4", ran.Load())
 	}
 }

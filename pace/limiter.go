@@ -25,8 +25,9 @@ type Limiter struct {
 // Define returns the limiter named name. The name is written once, here:
 // two spellings of one upstream's limiter would be two limiters, each
 // pacing at the full rate. A name is 1 to MaxNameLen bytes of ASCII letters,
-// digits, '.', '_' and '-'; calls through a limiter with any other name fail
-// with ErrNoSuchLimiter, since it can never be configured.
+// digits, '.', '_' and '-', other than "." and ".."; calls through a limiter
+// with any other name fail with ErrNoSuchLimiter, since it can never be
+// configured.
 func Define(name string, opts ...Option) *Limiter {
 	l := &Limiter{name: name}
 	for _, o := range opts {

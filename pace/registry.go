@@ -133,10 +133,16 @@ func NewRegistry(store engine.Store, opts ...RegistryOption) *Registry {
 	return r
 }
 
-// checkName reports whether name can name a limiter.
+// checkName reports whether name can name a limiter: 1 to MaxNameLen
+// letters, digits, '.', '_' or '-', other than "." and "..", which a URL
+// path cannot carry as a segment, so that every limiter is one the
+// server's /v1/limiters/{name} reaches.
 func checkName(name string) error {
 	if len(name) == 0 || len(name) > MaxNameLen {
 		return fmt.Errorf("%w: limiter name of %d bytes (want 1…%d)", ErrInvalidConfig, len(name), MaxNameLen)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: limiter name %q is a path segment of its own", ErrInvalidConfig, name)
 	}
 	for i := 0; i < len(name); i++ {
 		switch c := name[i]; {

@@ -65,7 +65,7 @@ func TestConfigureRefusesBadInput(t *testing.T) {
 			t.Errorf("config %d: err = %v, want ErrInvalidConfig", i, err)
 		}
 	}
-	for _, name := range []string{"", "has space", "slash/name", string(make([]byte, pace.MaxNameLen+1))} {
+	for _, name := range []string{"", "has space", "slash/name", ".", "..", string(make([]byte, pace.MaxNameLen+1))} {
 		if err := reg.Configure(ctx, name, config(1, time.Second)); !errors.Is(err, pace.ErrInvalidConfig) {
 			t.Errorf("name %q: err = %v, want ErrInvalidConfig", name, err)
 		}

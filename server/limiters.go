@@ -106,6 +106,9 @@ func (s *Server) handleLimiterList(w http.ResponseWriter, r *http.Request) {
 	}
 	list := wire.LimiterList{Limiters: make([]wire.Limiter, 0, len(names))}
 	for _, name := range names {
+		if wire.ValidateLimiterName(name) != nil {
+			continue // indexed by an older release, which took "." and ".."; no path reaches it
+		}
 		cfg, err := s.limiters.Config(r.Context(), name)
 		if errors.Is(err, pace.ErrNoSuchLimiter) {
 			continue // registered, but its configuration expired or was never written

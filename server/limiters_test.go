@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +14,8 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/testclock"
 	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -175,6 +179,83 @@ func TestLimitersSeeWhatWorkersConfigure(t *testing.T) {
 	want := wire.LimiterConfig{LimitPerWindow: 10, WindowMs: 1000, LeaseTTLMs: 30_000, RefillFraction: 0.5, MaxWaitMs: 300_000, StartToleranceMs: 100}
 	if len(list) != 1 || list[0].Name != "geo" || list[0].Config != want {
 		t.Errorf("List = %+v, want geo with %+v", list, want)
+	}
+}
+
+// TestLimitersReadBackWhatWorkersConfigure checks that every limiter a
+// worker can configure is one the endpoints can read back: a name a URL
+// path cannot carry as a segment ("." or "..") is refused by pace too,
+// rather than listed by GET /v1/limiters and unreadable through GET
+// /v1/limiters/{name}, where it made "sluice limits stats" fail for every
+// limiter.
+func TestLimitersReadBackWhatWorkersConfigure(t *testing.T) {
+	ctx := context.Background()
+	h := newLimHarness(t, nil)
+	reg := h.worker(limPepper)
+	cfg := pace.DefaultConfig()
+	cfg.Limit, cfg.Window = 10, time.Second
+	for _, name := range []string{"geo", ".", ".."} {
+		if err := reg.Configure(ctx, name, cfg); err != nil && !errors.Is(err, pace.ErrInvalidConfig) {
+			t.Fatalf("configuring %q: %v", name, err)
+		}
+	}
+	admin := h.admin(limToken)
+	list, err := admin.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range list {
+		names = append(names, l.Name)
+		if _, err := admin.Get(ctx, l.Name); err != nil {
+			t.Errorf("%q is listed, but reading it fails: %v", l.Name, err)
+		}
+	}
+	if len(names) != 1 || names[0] != "geo" {
+		t.Errorf("listed %q, want only geo", names)
+	}
+}
+
+// TestListsSkipNamesNoLongerTaken checks that an index holding a name
+// written before "." and ".." were refused (no path reaches them) still
+// lists every other limiter and policy, rather than failing whole.
+func TestListsSkipNamesNoLongerTaken(t *testing.T) {
+	ctx := context.Background()
+	h := newLimHarness(t, nil)
+	cfg := pace.DefaultConfig()
+	cfg.Limit, cfg.Window = 10, time.Second
+	if err := h.worker(limPepper).Configure(ctx, "geo", cfg); err != nil {
+		t.Fatal(err)
+	}
+	c, pols := h.service(limPepper, testclock.New(time.Unix(1_800_000_000, 0)))
+	if err := pols.Set(ctx, "search", httplimit.Quota{Limit: 100, Window: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	// Add "." to the index shard that holds it, as an older release did.
+	eng := engine.New(c)
+	for _, part := range []string{"pace:registry", httplimit.PolicyPartition} {
+		sum := fnv.New32a()
+		sum.Write([]byte("."))
+		key := fmt.Sprintf("names/%d", sum.Sum32()%8)
+		var out engine.StepResult
+		if err := eng.Apply(ctx, part, &out, engine.Get(key)); err != nil {
+			t.Fatal(err)
+		}
+		names := "."
+		if v := out.Results[0].Value; v != "" {
+			names += "\n" + v
+		}
+		if err := eng.Apply(ctx, part, &out, engine.Set(key, names, engine.MaxTTLMs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lims, err := h.admin(limToken).List(ctx)
+	if err != nil || len(lims) != 1 || lims[0].Name != "geo" {
+		t.Errorf("limiters: %+v, %v; want geo", lims, err)
+	}
+	list, err := h.policyAdmin(limToken).List(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "search" {
+		t.Errorf("policies: %+v, %v; want search", list, err)
 	}
 }
 

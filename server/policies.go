@@ -66,6 +66,9 @@ func (s *Server) handlePolicyList(w http.ResponseWriter, r *http.Request) {
 	}
 	list := wire.PolicyList{Policies: make([]wire.Policy, 0, len(names))}
 	for _, name := range names {
+		if wire.ValidatePolicyName(name) != nil {
+			continue // indexed by an older release, which took "." and ".."; no path reaches it
+		}
 		q, err := s.policies.Get(r.Context(), name)
 		if errors.Is(err, httplimit.ErrNoPolicy) {
 			continue // indexed, but its record expired

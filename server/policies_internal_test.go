@@ -44,7 +44,8 @@ func TestPolicyValidationAgreesWithHTTPLimit(t *testing.T) {
 }
 
 // TestPolicyNamesAgreeWithHTTPLimit checks that the wire takes the names
-// httplimit takes, but "." and "..", which cannot be a path segment.
+// httplimit takes: "." and "..", which cannot be a path segment, neither
+// does.
 func TestPolicyNamesAgreeWithHTTPLimit(t *testing.T) {
 	mem, err := memstore.New(memstore.DefaultConfig())
 	if err != nil {
@@ -57,7 +58,7 @@ func TestPolicyNamesAgreeWithHTTPLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"a", "login", "api.v2_beta-1", strings.Repeat("n", wire.MaxPolicyName), "", strings.Repeat("n", wire.MaxPolicyName+1), "a b", "a/b", "é"} {
+	for _, name := range []string{"a", "login", "api.v2_beta-1", strings.Repeat("n", wire.MaxPolicyName), "", strings.Repeat("n", wire.MaxPolicyName+1), "a b", "a/b", "é", ".", "..", "..."} {
 		_, hErr := pols.Policy(name)
 		wErr := wire.ValidatePolicyName(name)
 		if (hErr == nil) != (wErr == nil) {

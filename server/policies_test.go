@@ -143,6 +143,36 @@ func TestPoliciesSeeWhatServicesSet(t *testing.T) {
 	}
 }
 
+// TestPoliciesReadBackWhatServicesSet checks that every policy a service
+// can set is one the endpoints can read back and the limits file can hold:
+// "." and "..", which a URL path cannot carry as a segment, are refused by
+// httplimit too.
+func TestPoliciesReadBackWhatServicesSet(t *testing.T) {
+	ctx := context.Background()
+	h := newLimHarness(t, nil)
+	_, pols := h.service(limPepper, testclock.New(time.Unix(1_800_000_000, 0)))
+	for _, name := range []string{"search", ".", ".."} {
+		if err := pols.Set(ctx, name, httplimit.Quota{Limit: 100, Window: time.Hour}); err != nil && !errors.Is(err, httplimit.ErrInvalidConfig) {
+			t.Fatalf("setting %q: %v", name, err)
+		}
+	}
+	admin := h.policyAdmin(limToken)
+	list, err := admin.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list {
+		names = append(names, p.Name)
+		if _, err := admin.Get(ctx, p.Name); err != nil {
+			t.Errorf("%q is listed, but reading it fails: %v", p.Name, err)
+		}
+	}
+	if len(names) != 1 || names[0] != "search" {
+		t.Errorf("listed %q, want only search", names)
+	}
+}
+
 func TestPoliciesPutGetDelete(t *testing.T) {
 	ctx := context.Background()
 	h := newLimHarness(t, nil)
