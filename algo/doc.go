@@ -25,9 +25,21 @@
 //
 // # Clocks that step backwards
 //
-// Each state remembers the latest instant it has seen. An earlier now is
-// treated as that instant, so a clock that steps backwards never grants extra
-// allowance and never produces a negative remaining or retry-after.
+// Each state remembers the latest instant at which it was charged: a log as
+// its newest entry, a fixed or sliding window as the bucket charged, GCRA in
+// its theoretical arrival time, which lies beyond that instant. An earlier
+// now is raised to the entry or the bucket's start (GCRA raises it to its
+// arrival time less a window; before that arrival time an earlier now only
+// weighs the charges more), so a clock that steps backwards never produces
+// a negative remaining or retry-after and never grants more than the window
+// would at the latest instant charged. A denial's RetryAfter counts from
+// the instant used.
+//
+// A denial charges nothing and so leaves no trace of its instant. After a
+// hit denied at a later instant, a hit admitted once the clock has stepped
+// back behind it is charged at the earlier instant the clock reads: a log
+// entry or a sliding bucket's count then ages out from there, sooner than
+// if it had been charged at the denied hit's instant.
 //
 // # State encoding
 //

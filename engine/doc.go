@@ -238,10 +238,12 @@ per batch, so callers need no clock synchronisation. Every instant is a Unix
 millisecond by that clock; use RetryAfterMs and TTLMs rather than comparing
 ResetAt or At with a local clock.
 
-A clock that steps backwards never grants extra allowance and never yields a
-negative Remaining or RetryAfterMs: each window remembers the latest instant
-it has seen. Record expiry (TTLs, replay records) follows the store's clock as
-it reads.
+A clock that steps backwards never yields a negative Remaining or
+RetryAfterMs, and never grants a window more than it would at the latest
+instant at which it was charged: each window remembers that instant. A denial
+leaves no trace, so a hit admitted after the clock steps back behind a denied
+one is charged at the earlier instant (see package algo). Record expiry
+(TTLs, replay records) follows the store's clock as it reads.
 
 # Errors
 

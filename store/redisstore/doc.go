@@ -136,7 +136,8 @@
 // Redis shares one clock and none needs its own to be right. On a cluster
 // each partition's clock is the clock of the node holding its slot; after
 // a failover it is the new primary's. A clock that steps backwards never
-// grants extra allowance (see package algo). Config.Clock replaces TIME
+// grants a window more than it would at the latest instant at which it was
+// charged (see package algo). Config.Clock replaces TIME
 // with a clock read in the calling process; it exists for tests, which
 // drive time by hand, and production leaves it nil.
 //
