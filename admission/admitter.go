@@ -497,9 +497,18 @@ func (a *Admitter) writeStop(ctx context.Context, fam, key, reason string, ttl i
 	return nil
 }
 
+// setStopCache records a stop state this server has just written. The
+// write tells nothing of what other servers wrote meanwhile (a stop, a
+// fairness reset), so the copy keeps the time of the last read of the
+// stored state: it is read again within StateRefresh of that read, as if
+// this server had written nothing.
 func (a *Admitter) setStopCache(f *family, day int64, stopped bool, reason string, operator bool) {
 	f.stopMu.Lock()
-	f.stop.Store(&stopCache{day: day, loaded: a.now(), stopped: stopped, reason: reason, operator: operator})
+	var loaded time.Time // never read today: read at the next RPC
+	if c := f.stop.Load(); c != nil && c.day == day {
+		loaded = c.loaded
+	}
+	f.stop.Store(&stopCache{day: day, loaded: loaded, stopped: stopped, reason: reason, operator: operator})
 	f.stopMu.Unlock()
 }
 
