@@ -531,9 +531,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// release gives back the lease, the ticket and the waiter registration,
-// if held, retrying through a store outage for up to cleanupTimeout unless
-// the store is what the call is giving up on. It is best effort: a lease
+// release gives back the lease (also one that a request whose answer was
+// lost may have taken), the ticket and the waiter registration, if held,
+// retrying through a store outage for up to cleanupTimeout unless the
+// store is what the call is giving up on. It is best effort: a lease
 // that cannot be released expires at its TTL, and so does the record of an
 // abandoned ticket, which is then skipped. A slot already reserved stays
 // in the log: given up, it counts as a grant that was never used, which
@@ -543,9 +544,12 @@ func (a *admission) release(ctx context.Context) {
 		a.renew.stop()
 		a.renew = nil
 	}
+	// A call at the head of the queue, or sending the queue's fast path,
+	// may hold a lease a request took whose answer never reached it.
+	unknown := a.head || (a.pending != nil && a.pendingFast > 0)
 	a.pending = nil
 	var cmds []engine.Command
-	if a.leased {
+	if a.leased || unknown {
 		cmds = append(cmds, engine.Release(keyGate, a.id))
 	}
 	if a.waiting {
