@@ -531,9 +531,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// release gives back the lease, the ticket and the waiter registration,
-// if held, retrying through a store outage for up to cleanupTimeout unless
-// the store is what the call is giving up on. It is best effort: a lease
+// release gives back the lease (also one that a request whose answer was
+// lost may have taken), the ticket and the waiter registration, if held,
+// retrying through a store outage for up to cleanupTimeout unless the
+// store is what the call is giving up on. It is best effort: a lease
 // that cannot be released expires at its TTL, and so does the record of an
 // abandoned ticket, which is then skipped. A slot already reserved stays
 // in the log: given up, it counts as a grant that was never used, which
@@ -543,9 +544,12 @@ func (a *admission) release(ctx context.Context) {
 		a.renew.stop()
 		a.renew = nil
 	}
+	// A call at the head of the queue, or sending the queue's fast path,
+	// may hold a lease a request took whose answer never reached it.
+	unknown := a.head || (a.pending != nil && a.pendingFast > 0)
 	a.pending = nil
 	var cmds []engine.Command
-	if a.leased {
+	if a.leased || unknown {
 		cmds = append(cmds, engine.Release(keyGate, a.id))
 	}
 	if a.waiting {
@@ -601,32 +605,48 @@ type renewer struct {
 	done chan struct{}
 }
 
-// startRenewal renews the lease id every third of its TTL until stopped.
+// startRenewal renews the lease id every third of its TTL until stopped. A
+// renewal the store failed is tried again at once, backing off from
+// pollFloor, and at the latest halfway to the lease's expiry as this
+// process last knew it, so that a store back before the lease expires
+// finds it renewed.
 func (c *caller) startRenewal(ctx context.Context, id string, ttlMs int64) *renewer {
 	r := &renewer{quit: make(chan struct{}), done: make(chan struct{})}
 	ctx = context.WithoutCancel(ctx)
-	every := time.Duration(ttlMs) * time.Millisecond / 3
+	ttl := time.Duration(ttlMs) * time.Millisecond
+	every := ttl / 3
 	go func() {
 		defer close(r.done)
-		t := time.NewTicker(every)
+		expires := time.Now().Add(ttl)
+		t := time.NewTimer(every)
 		defer t.Stop()
+		failures := 0
 		for {
 			select {
 			case <-r.quit:
 				return
 			case <-t.C:
 			}
+			sent := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, every)
 			var out engine.StepResult
 			err := c.reg.eng.Apply(rctx, c.part, &out, engine.Renew(keyGate, id, ttlMs))
 			cancel()
 			switch {
 			case err != nil:
-				c.reg.log.Warn("pace: could not renew a lease", "limiter", c.name, "err", err)
+				if failures == 0 {
+					c.reg.log.Warn("pace: could not renew a lease; trying again", "limiter", c.name, "err", err)
+				}
+				failures++
+				t.Reset(min(pollFloor<<min(failures-1, 16), every, max(time.Until(expires)/2, pollFloor)))
+				continue
 			case !out.Results[0].Found:
 				c.reg.log.Warn("pace: a lease expired before its call ended; the concurrency cap may be exceeded", "limiter", c.name)
 				return
 			}
+			failures = 0
+			expires = sent.Add(ttl)
+			t.Reset(every)
 		}
 	}()
 	return r

@@ -56,7 +56,9 @@ comes before the slot so that a call starts at its slot: a call held back
 by the cap after its grant would start late, and late starts bunch up into
 a window holding more than the limit. The call sleeps until its slot and
 claims it; fn runs with the lease held, renewed while fn runs, and released
-when it returns. A crashed caller's lease expires after [Config.LeaseTTL].
+when it returns. A renewal the store fails is tried again until it answers,
+so an outage or restart of the store shorter than [Config.LeaseTTL] costs
+no lease. A crashed caller's lease expires after LeaseTTL.
 
 The queue is first come, first served, across every process: only the
 ticket whose turn has come takes a lease, so a caller that arrived later,
@@ -147,7 +149,7 @@ fn starts, with the slot it was admitted at, for metrics of waits.
     in one window.
   - Never more than [Config.Concurrency] leases are live: more calls run
     at once only if a lease expires under a call that could not renew it
-    (a stalled process, a store unreachable for a whole TTL), which is
+    (a stalled process, a store unreachable until the lease expired), which is
     logged.
   - Leases are taken in the order callers took their tickets, across
     every process, except that two callers arriving within one round

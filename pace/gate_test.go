@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/pace"
 )
 
@@ -321,6 +322,53 @@ func TestConfigureRejectsQueuedCallers(t *testing.T) {
 		}
 		if s, err := here.Stats(t.Context(), "api"); err != nil || s.Waiting != 0 || s.InFlight != 0 {
 			t.Errorf("after: %+v, %v; want nothing waiting or in flight", s, err)
+		}
+	})
+}
+
+// A waiter that gives up after a poll of the gate whose answer it never
+// received releases the lease that poll may have taken: the next caller
+// runs at once, not when that lease's TTL runs out.
+func TestWaiterGivingUpReleasesALeaseItNeverHeardOf(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, 10*time.Second))
+		proc := func(s engine.Store) *pace.Bound { return pace.Define("api").Bind(pace.NewRegistry(s)) }
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := pace.Call(t.Context(), proc(store), func(context.Context) (int, error) {
+				time.Sleep(time.Second)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		// The waiter's link applies its polls of the gate but loses their
+		// answers from 0.5 s: the poll after the holder ends at 1 s takes
+		// the lease, and the waiter gives up at 2 s without knowing it.
+		link := &faultStore{Store: store, lose: true}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		wg.Go(func() {
+			if _, err := pace.Call(ctx, proc(link), func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the waiter that gave up: %v, want its context's error", err)
+			}
+		})
+		time.Sleep(500 * time.Millisecond)
+		link.set(func(f *faultStore) { f.fail = func(b *engine.Batch) bool { return hasOp(b, engine.OpAcquire) } })
+		wg.Wait()
+		time.Sleep(3*time.Second - since(start))
+		var at time.Duration
+		if _, err := pace.Call(t.Context(), proc(store), func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if at != 3*time.Second {
+			t.Errorf("a caller arriving at 3 s, after the waiter gave up, started at %v, want at once", at)
 		}
 	})
 }

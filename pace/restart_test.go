@@ -162,3 +162,45 @@ func TestQueueSurvivesARestartOfTheDurableStore(t *testing.T) {
 		}
 	})
 }
+
+// A call holding its lease through a restart of the store shorter than
+// LeaseTTL keeps it: the renewals the outage failed are made again as soon
+// as the store is back, before the lease expires, and a caller waiting for
+// the lease elsewhere runs only when the call ends.
+func TestLeaseSurvivesARestartShorterThanItsTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := openRestartable(t)
+		defer store.Close()
+		configure(t, pace.NewRegistry(store), "api", capped(1, 3*time.Second))
+		p1 := pace.Define("api").Bind(pace.NewRegistry(store))
+		p2 := pace.Define("api").Bind(pace.NewRegistry(store))
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := pace.Call(t.Context(), p1, func(context.Context) (int, error) {
+				time.Sleep(10 * time.Second)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		var at time.Duration
+		wg.Go(func() {
+			if _, err := pace.Call(t.Context(), p2, func(context.Context) (int, error) {
+				at = since(start)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+		time.Sleep(500 * time.Millisecond)
+		store.stop() // from 0.5 s to 2.5 s: the renewals due at 1 s and 2 s fail
+		time.Sleep(2 * time.Second)
+		store.start()
+		wg.Wait()
+		if at < 10*time.Second {
+			t.Errorf("the waiting call started at %v, beside a call whose lease a 2 s outage took (LeaseTTL 3 s); want once that call ended at 10 s", at)
+		}
+	})
+}
