@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -109,11 +108,11 @@ func TestRing(t *testing.T) {
 			where[tag] = shard
 		}
 		// Every batch this shard ran was an FCALL of the library.
-		if n := calls(t, c, "fcall"); n == 0 {
+		if n := commandCalls(t, c, "fcall"); n == 0 {
 			t.Errorf("shard %d ran no FCALL", shard)
 		}
 		for _, cmd := range []string{"evalsha", "eval"} {
-			if n := calls(t, c, cmd); n != 0 {
+			if n := commandCalls(t, c, cmd); n != 0 {
 				t.Errorf("shard %d ran %d %s: the library was not loaded there", shard, n, strings.ToUpper(cmd))
 			}
 		}
@@ -121,25 +120,4 @@ func TestRing(t *testing.T) {
 	if len(where) != partitions {
 		t.Errorf("keys of %d partitions found, want %d", len(where), partitions)
 	}
-}
-
-// calls returns how many times the server ran cmd (INFO commandstats).
-func calls(t *testing.T, c *redis.Client, cmd string) int {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	return 0
 }
