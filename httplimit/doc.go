@@ -34,6 +34,13 @@ passes straight through and costs no store I/O. All selected paths share
 one quota per client: protect two routes with separate quotas by
 installing two stages.
 
+Routes are full request paths, wherever the stage is installed: in a
+sub-router, route group or mount ("/api"), list "/api/login", not the
+pattern relative to it. A stage attached to one route only (chi's With, a
+route's own middleware in echo or gin) is best given "/*": it then counts
+whatever the router serves through that route, "/login/" that chi's
+StripSlashes routes there included.
+
 Stages compose independently. Each has its own routes, quota and
 [Config.Prefix], the namespace of its counters in the store; stages
 sharing a store must have different prefixes, and every instance of one
