@@ -27,6 +27,11 @@ import (
 // the stage, so it runs only when the stage lets the request through; when
 // the stage answers itself (429, or 503 when the quota could not be
 // checked) the chain is aborted.
+//
+// The stage keys clients by its own resolver (httplimit.Config.ClientIP),
+// never by gin's ClientIP: behind a proxy, give ClientIP.TrustProxy the
+// networks given to gin's SetTrustedProxies, or every client behind the
+// proxy shares the proxy's quota.
 func Middleware(stage func(http.Handler) http.Handler) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		passed := false
