@@ -3,6 +3,8 @@ package rpcbench
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -84,5 +86,44 @@ func TestReport(t *testing.T) {
 	}
 	if got, ok := s.Median(Sluice32, Decisions); !ok || got != 64_000 {
 		t.Errorf("median sluice-32 decisions/s = %v, %v; want 64000", got, ok)
+	}
+}
+
+// countingSystem is a system under test whose every call is one write-ahead
+// log fsync. Its first reading of the fsync count waits, up to a bound, for
+// a call to be made: a reading the callers overtake.
+type countingSystem struct {
+	calls atomic.Uint64
+	first sync.Once
+}
+
+func (c *countingSystem) call(context.Context, *caller) (int, error) {
+	c.calls.Add(1)
+	return 0, nil
+}
+
+func (c *countingSystem) walSyncs() uint64 {
+	c.first.Do(func() {
+		for deadline := time.Now().Add(200 * time.Millisecond); c.calls.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	return c.calls.Load()
+}
+
+func (c *countingSystem) close() error { return nil }
+
+// TestCountedWindow checks that a counted measurement reads the process's
+// counters (CPU time, fsyncs) over the same calls it counts: from before
+// the first call starts to after the last one ends.
+func TestCountedWindow(t *testing.T) {
+	const calls = 1000
+	cfg := Config{Name: "counting", PerCall: 1, start: func(context.Context, Options) (instance, error) { return &countingSystem{}, nil }}
+	r, err := Measure(t.Context(), cfg, Options{Clients: 4, Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Calls != calls || r.WALSyncs != calls {
+		t.Fatalf("%d calls counted over %d fsyncs, want %d over %d", r.Calls, r.WALSyncs, calls, calls)
 	}
 }

@@ -211,6 +211,13 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 	for i := range callers {
 		callers[i] = &caller{rng: rand.New(rand.NewPCG(uint64(i)+1, uint64(time.Now().UnixNano())))}
 	}
+	// A counted measurement's counters start before its first call; a
+	// timed one's when its measured time starts.
+	var cpu0 time.Duration
+	var syncs0 uint64
+	if !timed {
+		cpu0, syncs0 = processCPU(), walSyncs(inst)
+	}
 	start := time.Now()
 	for _, w := range callers {
 		wg.Add(1)
@@ -266,7 +273,8 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 				return Result{}, err
 			}
 		}
-		cpu0, syncs0, t0 := processCPU(), walSyncs(inst), time.Now()
+		cpu0, syncs0 = processCPU(), walSyncs(inst)
+		t0 := time.Now()
 		phase.Store(phaseMeasure)
 		sleep(ctx, o.Duration)
 		phase.Store(phaseDone)
@@ -279,7 +287,6 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		}
 		wg.Wait()
 	} else {
-		cpu0, syncs0 := processCPU(), walSyncs(inst)
 		wg.Wait()
 		measured, cpu, syncs = time.Since(start), processCPU()-cpu0, walSyncs(inst)-syncs0
 	}

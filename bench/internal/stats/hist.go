@@ -3,6 +3,7 @@
 package stats
 
 import (
+	"math"
 	"math/bits"
 	"time"
 )
@@ -58,16 +59,15 @@ func (h *Histogram) Merge(o *Histogram) {
 	h.n += o.n
 }
 
-// Quantile returns the q-quantile (0 < q ≤ 1) of the recorded durations,
-// or 0 when nothing was recorded.
+// Quantile returns the q-quantile (0 < q ≤ 1) of the recorded durations:
+// the value of nearest rank, the ⌈q·n⌉-th smallest of n. It returns 0 when
+// nothing was recorded.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.n == 0 {
 		return 0
 	}
-	rank := uint64(q * float64(h.n))
-	if rank == 0 {
-		rank = 1
-	}
+	rank := uint64(math.Ceil(q * float64(h.n)))
+	rank = min(max(rank, 1), h.n)
 	var seen uint64
 	for i, c := range h.counts {
 		seen += c

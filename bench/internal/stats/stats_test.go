@@ -65,3 +65,25 @@ func TestRounds(t *testing.T) {
 		t.Errorf("MedianOf(2x over a) = %v, want 6", got)
 	}
 }
+
+// TestQuantileRank checks that a quantile is the recorded value of nearest
+// rank, ⌈q·n⌉, the one a reader computes by hand: of 1, 2 and 3 ns the
+// median is 2 ns, and of 1 to 150 ns the 99th percentile is 149 ns.
+func TestQuantileRank(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		q    float64
+		want time.Duration
+	}{
+		{1, 0.5, 1}, {2, 0.5, 1}, {3, 0.5, 2}, {4, 0.5, 2}, {5, 0.5, 3},
+		{100, 0.99, 99}, {150, 0.99, 149}, {101, 0.5, 51}, {3, 1, 3},
+	} {
+		var h Histogram
+		for i := 1; i <= tc.n; i++ {
+			h.Record(time.Duration(i)) // below 256 ns every bucket is exact
+		}
+		if got := h.Quantile(tc.q); got != tc.want {
+			t.Errorf("quantile(%v) of 1..%d ns = %v, want %v", tc.q, tc.n, got, tc.want)
+		}
+	}
+}
