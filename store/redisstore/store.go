@@ -108,11 +108,12 @@ type Store struct {
 	// library (Redis before 7, or FCALL or FUNCTION LOAD refused): batches
 	// then run as scripts.
 	scripts atomic.Bool
-	// loads counts the library loads, and loadMu lets one caller load it
-	// while the others that found it missing wait: a fresh server met by
+	// loads counts the library loads, and loading (a lock held by sending
+	// to it) lets one caller load it while the others that found it
+	// missing wait, each no longer than its context: a fresh server met by
 	// many callers at once compiles the library once, not once per caller.
-	loads  atomic.Uint64
-	loadMu sync.Mutex
+	loads   atomic.Uint64
+	loading chan struct{}
 	// co coalesces concurrent batches into pipelines (Config.Pipeline),
 	// or is nil.
 	co *coalescer
@@ -156,7 +157,7 @@ func New(client Client, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{client: client, cfg: cfg, joins: onOneNode(client)}
+	s := &Store{client: client, cfg: cfg, joins: onOneNode(client), loading: make(chan struct{}, 1)}
 	s.calls.New = func() any { return new(call) }
 	if _, ok := client.(pipeliner); ok && cfg.Pipeline > 0 && cfg.WaitReplicas == 0 {
 		s.co = newCoalescer(cfg.Pipeline)
@@ -435,8 +436,12 @@ func (s *Store) evalWait(ctx context.Context, c *call) (any, error) {
 func (s *Store) functionsMissing(ctx context.Context, err error, loads uint64) bool {
 	switch {
 	case redis.HasErrorPrefix(err, "Function not found"):
-		s.loadMu.Lock()
-		defer s.loadMu.Unlock()
+		select {
+		case s.loading <- struct{}{}:
+			defer func() { <-s.loading }()
+		case <-ctx.Done():
+			return false // the batch did not run, and its caller gives up
+		}
 		if s.loads.Load() != loads {
 			return true
 		}
