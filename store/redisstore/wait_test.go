@@ -111,3 +111,61 @@ func TestWaitReplicasNeedsAConnection(t *testing.T) {
 		t.Fatalf("New: %v, want ErrInvalid", err)
 	}
 }
+
+// TestWaitCoversAReplayedRetry: a batch whose WAIT timed out is retried
+// with the same operation id, as the docs advise, through another store
+// (another connection) while the replica is still paused. The retry
+// replays the recorded result and writes nothing; it must still not be
+// answered as confirmed, since no replica holds the batch yet. It is not:
+// Redis records the replication offset after every command a connection
+// runs, written or not, and WAIT waits for that offset, which the batch the
+// retry replays lies before. Once the replica answers, the same retry
+// succeeds with the recorded result, and the batch ran once.
+func TestWaitCoversAReplayedRetry(t *testing.T) {
+	r := redistest.StartReplicated(t)
+	cfg := waitConfig()
+	first, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	req := &engine.Request{OperationID: "op-retried", Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}}}
+
+	// Load the library and settle the replica before pausing it.
+	if _, err := engine.New(first).Do(t.Context(), &engine.Request{OperationID: "warm", Steps: []engine.Step{{Partition: "w", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	_, err1 := engine.New(first).Do(t.Context(), req)
+	_, err2 := engine.New(second).Do(t.Context(), req)
+	if rerr := r.Replica.Resume(); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !errors.Is(err1, engine.ErrUnavailable) {
+		t.Fatalf("the batch with the replica paused: %v, want ErrUnavailable", err1)
+	}
+	if !errors.Is(err2, engine.ErrUnavailable) {
+		t.Fatalf("its replayed retry with the replica still paused: %v, want ErrUnavailable (no replica holds the batch)", err2)
+	}
+	// The replica answers again: the retry is confirmed, and replays.
+	cfg.WaitTimeout = 5 * time.Second
+	third, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	resp, err := engine.New(third).Do(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.Steps[0]; !st.Replayed || st.Results[0].Int != 1 {
+		t.Errorf("the retry once the replica answers: %+v, want the recorded count of 1, replayed", st)
+	}
+}
