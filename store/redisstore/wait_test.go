@@ -123,21 +123,24 @@ func TestWaitReplicasNeedsAConnection(t *testing.T) {
 // succeeds with the recorded result, and the batch ran once.
 func TestWaitCoversAReplayedRetry(t *testing.T) {
 	r := redistest.StartReplicated(t)
+	// While the replica is paused any timeout fails the wait; while it
+	// answers, a busy machine may take far longer than an idle one.
 	cfg := waitConfig()
-	first, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
-	if err != nil {
-		t.Fatal(err)
+	patient := cfg
+	patient.WaitTimeout = 5 * time.Second
+	open := func(cfg redisstore.Config) *redisstore.Store {
+		s, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
 	}
-	defer first.Close()
-	second, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close()
+	first, second, third := open(cfg), open(cfg), open(patient)
 	req := &engine.Request{OperationID: "op-retried", Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}}}
 
 	// Load the library and settle the replica before pausing it.
-	if _, err := engine.New(first).Do(t.Context(), &engine.Request{OperationID: "warm", Steps: []engine.Step{{Partition: "w", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}}}); err != nil {
+	if _, err := engine.New(third).Do(t.Context(), &engine.Request{OperationID: "warm", Steps: []engine.Step{{Partition: "w", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Replica.Pause(); err != nil {
@@ -155,12 +158,6 @@ func TestWaitCoversAReplayedRetry(t *testing.T) {
 		t.Fatalf("its replayed retry with the replica still paused: %v, want ErrUnavailable (no replica holds the batch)", err2)
 	}
 	// The replica answers again: the retry is confirmed, and replays.
-	cfg.WaitTimeout = 5 * time.Second
-	third, err := redisstore.New(redis.NewClient(r.Primary.Options()), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer third.Close()
 	resp, err := engine.New(third).Do(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
