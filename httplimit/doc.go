@@ -57,18 +57,18 @@ clientip.Unknown bucket. [Config.Key] replaces the
 address with any identity (an API key, a user id), used verbatim.
 
 Keys never reach the store raw, whatever the store. A partition is the
-prefix, a colon and the first 128 bits, in hex, of an HMAC-SHA256 of the
-prefix and the key, keyed with [Config.Pepper], computed in the stage
-before any store sees the request. Set a pepper wherever the store
-outlives the process or others can read it (the embedded store, Redis): an
-unkeyed hash of an IPv4 address is reversed by trying them all. Through
-the client package the name is hashed once more, with the fleet's pepper,
-before it leaves the process, so a Sluice server never sees even the
-stage's hash. The names depend on nothing but the prefix, the pepper and
-the key: every process of a fleet, and every release, names a client's
-quota alike. A stage remembers the names of up to 4,096 recent keys in
-its own memory, so that a client's requests after its first skip the
-hash.
+prefix, a colon and the hex of a 128-bit SipHash-2-4 of the key, keyed
+with 128 bits derived from [Config.Pepper] and the prefix (HMAC-SHA256,
+once, in [New]), computed in the stage before any store sees the request.
+Set a pepper wherever the store outlives the process or others can read it
+(the embedded store, Redis): an unkeyed hash of an IPv4 address is reversed
+by trying them all. Through the client package the name is hashed once
+more, with the fleet's pepper, before it leaves the process, so a Sluice
+server never sees even the stage's hash. The names depend on nothing but
+the prefix, the pepper and the key: every process of a fleet names a
+client's quota alike. A release that changes them says so; the quotas then
+count afresh once, when the fleet moves to it (the last change: decision
+0074).
 
 # Quotas
 

@@ -3,6 +3,10 @@ package httplimit_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dchest/siphash"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 
@@ -448,15 +453,19 @@ func TestKeysAreHashedUnderThePrefix(t *testing.T) {
 // Partition names are a stable function of the prefix, the pepper and the
 // client's bucket: every process of a fleet, and every release, names a
 // client's quota alike, so a rolling upgrade neither splits nor resets it.
-// The names are pinned; a change to them is a breaking change of the
-// stored layout.
+// The names are pinned, and computed again here from the documented
+// formula; a change to them is a breaking change of the stored layout
+// (the last was decision 0074's).
 func TestPartitionNamesAreStable(t *testing.T) {
 	const pepper = "0123456789abcdef0123456789abcdef"
 	for _, tc := range []struct{ prefix, pepper, remote, want string }{
-		{"login", pepper, "203.0.113.77:5000", "login:a00083643a9a80832e0ba52925a126a0"},
-		{"login", "", "203.0.113.77:5000", "login:b17dbd1ba210e010d4409c7496db2e4a"},
-		{"api", pepper, "[2001:db8:1:2:aaaa::5]:443", "api:f22797fa1225544ca64e727966d4560c"},
+		{"login", pepper, "203.0.113.77:5000", "login:ef8c641c4ab06ed6f9f37b28d1b04969"},
+		{"login", "", "203.0.113.77:5000", "login:5244ae66deb1ae0431fc6b767b0f7390"},
+		{"api", pepper, "[2001:db8:1:2:aaaa::5]:443", "api:b13666cc75e066d453618ae090621f0a"},
 	} {
+		if got := documentedName(tc.prefix, tc.pepper, bucketOf(t, tc.remote)); got != tc.want {
+			t.Fatalf("the documented formula names %s %q, pinned %q", tc.remote, got, tc.want)
+		}
 		mem, _ := newMem(t, 100)
 		store := &countingStore{Store: mem}
 		cfg := config(store, 10, "/q")
@@ -472,6 +481,33 @@ func TestPartitionNamesAreStable(t *testing.T) {
 			}
 		}
 	}
+}
+
+// documentedName computes a partition name as the package documents it:
+//
+//	prefix ":" hex(SipHash-2-4-128(k, key))
+//	k = HMAC-SHA256(pepper, "sluice/httplimit/v2" 0 prefix)[:16]
+//
+// the 128-bit SipHash's two halves and the key's two words little-endian.
+func documentedName(prefix, pepper, key string) string {
+	mac := hmac.New(sha256.New, []byte(pepper))
+	mac.Write([]byte("sluice/httplimit/v2\x00" + prefix))
+	k := mac.Sum(nil)
+	h0, h1 := siphash.Hash128(binary.LittleEndian.Uint64(k[:8]), binary.LittleEndian.Uint64(k[8:16]), []byte(key))
+	return prefix + ":" + hex.EncodeToString(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, h0), h1))
+}
+
+// bucketOf is the default key of a request from remote: its address,
+// IPv6 grouped by /64.
+func bucketOf(t *testing.T, remote string) string {
+	t.Helper()
+	r, err := clientip.New(clientip.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/q", nil)
+	req.RemoteAddr = remote
+	return string(r.AppendKey(nil, req))
 }
 
 // A custom key replaces the address; it is hashed too.

@@ -13,23 +13,23 @@ import (
 )
 
 // BenchmarkPartitionHash measures the keyed hashes a route-quota stage
-// could name a client's partition with (docs/decisions/0072), each turning
-// the stage's 33-byte message ("sluice/httplimit" 0 "bench" 0 and an IPv4
-// bucket) into the name "bench:" and 32 hex digits, as httplimit does for
-// a client it has not seen recently:
+// could name a client's partition with (docs/decisions/0072 and 0074), each
+// turning a 33-byte message ("sluice/httplimit" 0 "bench" 0 and an IPv4
+// bucket) into the name "bench:" and 32 hex digits:
 //
 //	hmac         HMAC-SHA256 through crypto/hmac, reset between calls (the
-//	             stage's)
+//	             stage's until decision 0074)
 //	hmac-states  HMAC-SHA256 by hand: two sha256 digests whose keyed
 //	             states, the inner one past the message's fixed start, are
 //	             restored with UnmarshalBinary
 //	sha256       one SHA-256 of the message, unkeyed: one compression, for
 //	             scale
-//	siphash      SipHash-2-4 with a 128-bit result
+//	siphash      SipHash-2-4 with a 128-bit result (the stage's since
+//	             decision 0074, which hashes the bucket alone under a key
+//	             derived from the pepper and the prefix)
 //	aes-cbcmac   an AES-128 CBC-MAC of the message's three blocks
 //
-// Only hmac and hmac-states give the stage's names; TestPartitionHashes
-// holds them equal.
+// TestPartitionHashes holds hmac and hmac-states equal.
 func BenchmarkPartitionHash(b *testing.B) {
 	for _, bc := range []struct {
 		name string

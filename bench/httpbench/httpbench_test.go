@@ -27,9 +27,10 @@ func requests(n int) []*http.Request {
 //
 //	admit       1,000 clients, a limit none reaches: every request runs the
 //	            handler
-//	admit-many  the same from 20,000 clients, more than a stage remembers
-//	            partition names for (httplimit keeps 4,096): most requests
-//	            come from a client not seen recently
+//	admit-many  the same from 20,000 clients: most requests come from a
+//	            client not seen recently, whose records are out of the
+//	            CPU's caches (and, before decision 0074, out of httplimit's
+//	            memo of 4,096 partition names)
 //	deny        1,000 clients, a limit of 1, spent before the timer starts:
 //	            every request is answered 429
 //
