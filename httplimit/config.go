@@ -95,7 +95,8 @@ type Config struct {
 	// ignored when Key is set. A nil ClientIP.Logger means Logger.
 	ClientIP clientip.Config
 
-	// Pepper keys the hash of client keys (HMAC-SHA256). Set it, at least
+	// Pepper keys the hash of client keys (a SipHash-2-4 keyed with 128
+	// bits derived from the pepper and the prefix). Set it, at least
 	// 32 characters and the same in every process sharing the store,
 	// wherever the store outlives the process or is reachable by others
 	// (the embedded store, Redis): without it the hash is unkeyed, and
