@@ -25,7 +25,7 @@ import (
 // before a penalty's deadline. A call whose slot lies beyond the limiter's MaxWait,
 // or beyond ctx's deadline, is refused at once with a *WaitError. fn then
 // runs with the lease held (renewed while fn runs, released when it
-// returns).
+// returns, after the pause of a rate limit it met is recorded).
 //
 // What fn returned is judged by the hooks (see WithRateLimitHook and
 // WithErrorHook) and the built-in rules:
@@ -127,8 +127,8 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 			return nil, err
 		}
 		retry := a.retry()
-		v, ferr := c.run(ctx, a, attempt, fn)
-		vd := c.judge(v, ferr)
+		out := c.run(ctx, a, attempt, retry, fn)
+		v, vd := out.v, out.verdict
 		final := func(retryable bool, err error) (any, error) {
 			if !m.keepBody {
 				closeBody(v)
@@ -137,18 +137,13 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 		}
 		switch {
 		case vd.rateLimit != nil:
-			delay := vd.rateLimit.RetryAfter
-			if delay <= 0 {
-				delay = retry.Delay(attempt)
-			}
-			penalized := c.penalize(ctx, a.cfg, delay)
 			if attempt >= retry.Attempts {
 				return final(true, ErrRateLimited)
 			}
 			discard(v)
 			last = ErrRateLimited
-			if !penalized { // pause this caller at least
-				if err := sleep(ctx, delay); err != nil {
+			if !out.penalized { // pause this caller at least
+				if err := sleep(ctx, out.pause); err != nil {
 					return nil, &CallError{Limiter: name, Attempts: attempt, Retryable: true, Err: errors.Join(last, err)}
 				}
 			}
@@ -167,18 +162,43 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 				return nil, &CallError{Limiter: name, Attempts: attempt, Retryable: true, Err: errors.Join(last, err)}
 			}
 		default:
-			return v, ferr
+			return v, out.err
 		}
 	}
 }
 
-// run runs fn under the admission a, then releases its lease.
-func (c *caller) run(ctx context.Context, a *admission, attempt int, fn func(context.Context) (any, error)) (any, error) {
+// outcome is what one attempt came to.
+type outcome struct {
+	v       any
+	err     error
+	verdict verdict
+	// pause is the pause a rate limit asked for, and penalized reports
+	// whether it was recorded for every caller.
+	pause     time.Duration
+	penalized bool
+}
+
+// run runs fn under the admission a, judges what it returned and, for an
+// upstream rate limit, pauses every caller of the limiter, then releases
+// the lease. The pause is recorded before the lease frees, so that the
+// caller the lease goes to next starts under it: released first, the
+// lease would let that caller reach the upstream that has just asked for
+// backoff while the pause is still on its way to the store.
+func (c *caller) run(ctx context.Context, a *admission, attempt int, retry Retry, fn func(context.Context) (any, error)) (out outcome) {
 	defer a.release(ctx)
 	if c.set.onStart != nil {
 		c.set.onStart(Start{Limiter: c.name, Attempt: attempt, Slot: time.UnixMilli(a.slot)})
 	}
-	return fn(ctx)
+	out.v, out.err = fn(ctx)
+	out.verdict = c.judge(out.v, out.err)
+	if rl := out.verdict.rateLimit; rl != nil {
+		out.pause = rl.RetryAfter
+		if out.pause <= 0 {
+			out.pause = retry.Delay(attempt)
+		}
+		out.penalized = c.penalize(ctx, a.cfg, out.pause)
+	}
+	return out
 }
 
 // penalize pauses every caller of the limiter for delay. It reports

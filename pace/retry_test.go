@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/pace"
 )
 
@@ -270,6 +271,60 @@ func TestFnIsCalledAfreshForEachRetry(t *testing.T) {
 		})
 		if err != nil || !slices.Equal(bodies, []string{`{"attempt":1}`, `{"attempt":2}`, `{"attempt":3}`}) {
 			t.Errorf("err %v, bodies %q", err, bodies)
+		}
+	})
+}
+
+// slowLink delivers the answers of a store d after the store applied
+// each batch: a process far from the store, or on a congested link.
+type slowLink struct {
+	engine.Store
+	d time.Duration
+}
+
+func (s *slowLink) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	err := s.Store.Apply(ctx, b, out)
+	time.Sleep(s.d)
+	return err
+}
+
+// A 429 pauses the limiter before the lease of the call that saw it frees:
+// the caller the lease goes to next starts after the pause, even when the
+// caller that saw the 429 hears slowly from the store. Here it hears every
+// answer 100 ms late; a caller arriving 50 ms after the 429 finds the
+// lease taken, and starts when the 10 s pause ends, not at once.
+func TestRateLimitPausesBeforeTheLeaseFrees(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, 10*time.Second))
+		far := pace.Define("api").Bind(pace.NewRegistry(&slowLink{Store: store, d: 100 * time.Millisecond}))
+		near := pace.Define("api").Bind(pace.NewRegistry(store))
+		var limited time.Time
+		answered := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, err := pace.Call(t.Context(), far, func(context.Context) (*http.Response, error) {
+				time.Sleep(time.Second)
+				limited = time.Now()
+				close(answered)
+				return response(http.StatusTooManyRequests, "Retry-After", "10"), nil
+			}, pace.WithRetry(pace.Retry{Attempts: 1}))
+			if !errors.Is(err, pace.ErrRateLimited) {
+				t.Errorf("the call that saw the 429: %v, want ErrRateLimited", err)
+			}
+		})
+		<-answered
+		time.Sleep(50 * time.Millisecond)
+		var started time.Time
+		if _, err := pace.Call(t.Context(), near, func(context.Context) (int, error) {
+			started = time.Now()
+			return 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if got := started.Sub(limited); got < 10*time.Second {
+			t.Errorf("the next caller started %v after the 429, inside its 10 s pause", got)
 		}
 	})
 }
