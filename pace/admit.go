@@ -373,6 +373,11 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 	case t.At <= a.now:
 		a.slot = t.At
 		return true, nil
+	case t.At-a.now > a.maxWait(ctx):
+		// Sent again after a failure, the take carried the wait the call
+		// allowed when it was first sent; the deadline has come nearer
+		// since. The slot stays in the log, unused.
+		return false, a.tooLong(t.At-a.now, a.maxWait(ctx))
 	}
 	a.slot, a.phase = t.At, phaseSlot
 	a.register(ctx)
@@ -438,6 +443,8 @@ func (a *admission) claim(ctx context.Context) (bool, error) {
 	case cl.Allowed && cl.At <= a.now:
 		a.slot = cl.At
 		return true, nil
+	case cl.Allowed && cl.At-a.now > a.maxWait(ctx): // moved, beyond the deadline as it stands now (see take)
+		return false, a.tooLong(cl.At-a.now, a.maxWait(ctx))
 	case cl.Allowed: // moved by a penalty, and reserved again
 		a.slot = cl.At
 	case cl.At == a.slot && a.now < a.slot: // early: the clocks disagree

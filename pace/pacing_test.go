@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/pace"
 )
 
@@ -298,6 +299,105 @@ func TestWaitBeyondMaxWaitOrDeadlineIsRefusedAtOnce(t *testing.T) {
 		}
 		if since(start) != 0 || calls != 1 {
 			t.Errorf("refusals took %v and ran fn %d times, want 0 and 1", since(start), calls)
+		}
+	})
+}
+
+// A take sent again after the store failed it carries the wait the call
+// allowed when it was first sent. The slot it brings back is checked
+// against the context's deadline as it stands then: one beyond the
+// deadline is refused at once, not slept on until the deadline.
+func TestResentTakeIsRefusedAtOnceBeyondTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", config(1, time.Second))
+		other := pace.Define("api").Bind(pace.NewRegistry(store))
+		calls := 0
+		if _, err := pace.Call(t.Context(), other, ok(0, &calls)); err != nil { // the slot at 0
+			t.Fatal(err)
+		}
+		start := time.Now()
+		// The first take of this call fails before the store applies it;
+		// it is a drop, sent again after the drop backoff (500 ms).
+		failed := false
+		link := &faultStore{Store: store, fail: func(b *engine.Batch) bool {
+			if hasOp(b, engine.OpPaceTake) && !failed {
+				failed = true
+				return true
+			}
+			return false
+		}}
+		ctx, cancel := context.WithTimeout(t.Context(), 1600*time.Millisecond)
+		defer cancel()
+		var wg sync.WaitGroup
+		var err error
+		var at time.Duration
+		wg.Go(func() {
+			_, err = pace.Call(ctx, pace.Define("api").Bind(pace.NewRegistry(link)), ok(0, &calls))
+			at = since(start)
+		})
+		// Meanwhile another call reserves the slot at 1 s: the next is at
+		// 2 s, 400 ms past the deadline.
+		time.Sleep(100 * time.Millisecond)
+		wg.Go(func() {
+			if _, err := pace.Call(t.Context(), other, ok(0, &calls)); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Wait()
+		var we *pace.WaitError
+		if !errors.As(err, &we) || we.Wait != 1500*time.Millisecond || we.Limit != 1100*time.Millisecond {
+			t.Fatalf("err = %v, want a WaitError of 1.5s over the 1.1s left before the deadline", err)
+		}
+		if at != 500*time.Millisecond || calls != 2 {
+			t.Errorf("refused at %v with %d calls run, want at 500ms, when the take came back, with 2", at, calls)
+		}
+	})
+}
+
+// The same holds for a claim whose slot a penalty moved: sent again after
+// the store failed it, the claim moves the slot within the wait allowed
+// when it was first sent, and a slot beyond the deadline as it stands
+// when the answer comes is refused at once.
+func TestResentClaimIsRefusedAtOnceBeyondTheDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		cfg := config(1, time.Second)
+		cfg.RefillFraction = 1
+		configure(t, pace.NewRegistry(store), "api", cfg)
+		start := time.Now()
+		var wg sync.WaitGroup
+		// The slot at 0: a call that meets a 429 at 500 ms, Retry-After 1 s.
+		wg.Go(func() {
+			pace.Call(t.Context(), pace.Define("api").Bind(pace.NewRegistry(store)), func(context.Context) (*http.Response, error) {
+				time.Sleep(500 * time.Millisecond)
+				return response(http.StatusTooManyRequests, "Retry-After", "1"), nil
+			}, pace.WithRetry(pace.Retry{Attempts: 1}))
+		})
+		synctest.Wait()
+		// This call reserves the slot at 1 s; the penalty moves it to 1.5 s.
+		// Its claim fails four times before the store applies it, and is
+		// answered at 1.15 s, when 250 ms are left before its deadline.
+		failures := 0
+		link := &faultStore{Store: store, fail: func(b *engine.Batch) bool {
+			if hasOp(b, engine.OpPaceClaim) && !hasOp(b, engine.OpPaceTake) && time.Since(start) >= time.Second && failures < 4 {
+				failures++
+				return true
+			}
+			return false
+		}}
+		ctx, cancel := context.WithTimeout(t.Context(), 1400*time.Millisecond)
+		defer cancel()
+		calls := 0
+		_, err := pace.Call(ctx, pace.Define("api").Bind(pace.NewRegistry(link)), ok(0, &calls))
+		at := since(start)
+		wg.Wait()
+		var we *pace.WaitError
+		if !errors.As(err, &we) || we.Wait != 350*time.Millisecond || we.Limit != 250*time.Millisecond {
+			t.Fatalf("err = %v, want a WaitError of 350ms over the 250ms left before the deadline", err)
+		}
+		if at != 1150*time.Millisecond || calls != 0 {
+			t.Errorf("refused at %v with fn run %d times, want at 1.15s, when the claim came back, and never", at, calls)
 		}
 	})
 }
