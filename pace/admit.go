@@ -66,6 +66,7 @@ type admission struct {
 	waiting bool     // is registered as a waiting call
 	waited  bool     // has slept: a configuration now rejects it
 	polls   int
+	lates   int   // grants given up as late (see tooLate)
 	slot    int64 // the slot held, store milliseconds
 	now     int64 // the store's clock at the last batch
 
@@ -368,8 +369,7 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 		a.missed("a slot came while the store was unreachable")
 		return false, nil
 	case t.At <= a.now && a.late(t.At):
-		a.missed("a slot came more than the start tolerance before its call could start")
-		return false, nil
+		return false, a.tooLate()
 	case t.At <= a.now:
 		a.slot = t.At
 		return true, nil
@@ -389,6 +389,24 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 func (a *admission) missed(reason string) {
 	a.c.reg.log.Info("pace: "+reason+"; taking another", "limiter", a.c.name)
 	a.phase = phaseTake
+}
+
+// maxLate bounds the grants one attempt gives up as late (see tooLate).
+const maxLate = 10
+
+// tooLate gives up a slot that came more than the start tolerance before
+// the call could start, and makes the call take another; after maxLate
+// of them it fails the call with ErrDropped. A process whose every grant
+// comes late, its round trips to the store longer than the tolerance,
+// would otherwise take slot after slot, each left unused and spending the
+// limit of every process, without ever starting.
+func (a *admission) tooLate() error {
+	if a.lates++; a.lates > maxLate {
+		return fmt.Errorf("%w: limiter %q: %d grants in a row reached the call more than the start tolerance (%v) after their slots; is the tolerance below the round trip to the store?",
+			ErrDropped, a.c.name, a.lates, time.Duration(a.cfg.StartToleranceMs)*time.Millisecond)
+	}
+	a.missed("a slot came more than the start tolerance before its call could start")
+	return nil
 }
 
 // late reports whether a call whose slot has come, as the answer of the
@@ -438,8 +456,7 @@ func (a *admission) claim(ctx context.Context) (bool, error) {
 		a.missed("a slot came while the store was unreachable")
 		return false, nil
 	case cl.Allowed && cl.At <= a.now && a.late(cl.At):
-		a.missed("a slot came more than the start tolerance before its call could start")
-		return false, nil
+		return false, a.tooLate()
 	case cl.Allowed && cl.At <= a.now:
 		a.slot = cl.At
 		return true, nil

@@ -49,7 +49,8 @@ import (
 // value together with a *CallError; an *http.Response is returned with its
 // body already closed, as http.Client does on a redirect error. Errors
 // before fn ran return the zero value: ErrNoSuchLimiter, ErrDropped (the
-// store kept failing while the call waited; see WithDropRetries),
+// store kept failing while the call waited, see WithDropRetries, or its
+// grants kept reaching it later than the limiter's StartTolerance),
 // ErrWaitTooLong, ErrReconfigured, a store's permanent error, or ctx's
 // error. A call is retried automatically as a drop only while fn has not
 // started, never after.

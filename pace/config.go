@@ -81,7 +81,14 @@ type Config struct {
 	// throughput: a saturated limiter starts Limit calls per Window+τ,
 	// Window/(Window+τ) of the limit. 0 turns the bound off: windows of
 	// slots are exact, and windows of starts may hold a few more than
-	// Limit. Whole milliseconds, at most MaxDuration−Window.
+	// Limit. Set it above the longest round trip to the store: a call
+	// cannot tell the way to the store from the way back, so it counts
+	// the whole round trip of the request that brought its grant (plus a
+	// millisecond for the store's clock) as lateness. A process whose
+	// round trips all exceed τ never starts a call: each gives up ten
+	// late grants, left unused in the log (spending the limit of every
+	// process), and fails with ErrDropped at the eleventh. Whole
+	// milliseconds, at most MaxDuration−Window.
 	StartTolerance time.Duration
 	// Retry is how failed and rate-limited calls are retried. Zero fields
 	// take the defaults of DefaultRetry.

@@ -82,7 +82,11 @@ slot: one whose slot came while the store was unreachable takes a new one
 when the store answers again (the slot it missed stays in the log,
 unused), since starting at once would put it beside the calls of later
 slots, in a window the log never counted it in. So does a call whose
-grant reached it more than [Config.StartTolerance] after its slot.
+grant reached it more than [Config.StartTolerance] after its slot, ten
+times at most in one attempt: at the eleventh late grant the call fails
+with [ErrDropped], since a process whose round trips to the store are
+longer than the tolerance would otherwise spend slot after slot without
+ever starting.
 
 A caller that gives up while waiting in the queue (its context ends, its
 limiter is reconfigured) marks its ticket abandoned, and the ticket is

@@ -19,8 +19,11 @@ var (
 	ErrNoSuchLimiter = errors.New("pace: no such limiter")
 
 	// ErrDropped reports a call that never started: the store failed before
-	// fn could run, and every drop retry was spent. The error also wraps the
-	// last store error. fn did not run, so retrying the call is always safe.
+	// fn could run, and every drop retry was spent (the error also wraps the
+	// last store error), or the call's grants kept reaching it more than
+	// the limiter's StartTolerance after their slots (see
+	// Config.StartTolerance). fn did not run, so retrying the call is
+	// always safe.
 	ErrDropped = errors.New("pace: call dropped before it started")
 
 	// ErrWaitTooLong reports a call refused because its slot (or its slot
@@ -121,7 +124,7 @@ func isPermanent(err error) bool {
 // this package's own verdicts are not drops.
 func isDrop(err error) bool {
 	for _, final := range []error{
-		ErrNoSuchLimiter, ErrReconfigured, ErrWaitTooLong, ErrInvalidConfig,
+		ErrNoSuchLimiter, ErrReconfigured, ErrWaitTooLong, ErrInvalidConfig, ErrDropped,
 		engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow, engine.ErrCorrupt,
 		engine.ErrClosed, engine.ErrOperationConflict,
 		context.Canceled, context.DeadlineExceeded,

@@ -2,6 +2,7 @@ package pace_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -169,6 +170,32 @@ func TestStartToleranceCostsThroughput(t *testing.T) {
 			if want := time.Duration(i/5) * 1100 * time.Millisecond; d != want {
 				t.Fatalf("call %d started at %v, want %v", i, d, want)
 			}
+		}
+	})
+}
+
+// A process whose every grant reaches it later than the start tolerance
+// cannot start a call: it gives up ten late grants, takes an eleventh,
+// late again, and fails with ErrDropped, having spent one grant a try. It
+// does not take slot after slot, spending the limit of every process, for
+// as long as its context lasts.
+func TestLateGrantsEndInErrDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		cfg := config(100, time.Second)
+		cfg.StartTolerance = 5 * time.Millisecond
+		configure(t, pace.NewRegistry(store), "api", cfg)
+		far := pace.Define("api").Bind(pace.NewRegistry(&slowLink{Store: store, d: 10 * time.Millisecond}))
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		calls := 0
+		_, err := pace.Call(ctx, far, ok(0, &calls))
+		if !errors.Is(err, pace.ErrDropped) || calls != 0 {
+			t.Fatalf("err = %v after %v, fn run %d times; want ErrDropped, fn never run", err, since(start), calls)
+		}
+		if s, err := pace.NewRegistry(store).Stats(t.Context(), "api"); err != nil || s.Remaining != 100-11 {
+			t.Errorf("remaining %d (%v), want %d: one grant spent a try", s.Remaining, err, 100-11)
 		}
 	})
 }
