@@ -569,10 +569,22 @@ func (a *admission) release(ctx context.Context) {
 		a.renew = nil
 	}
 	// A call at the head of the queue, or sending the queue's fast path,
-	// may hold a lease a request took whose answer never reached it.
+	// may hold a lease a request took whose answer never reached it; the
+	// fast path may also have taken it a ticket, at the head of the queue.
 	unknown := a.head || (a.pending != nil && a.pendingFast > 0)
+	lost := int64(0)
+	if a.pending != nil && a.pendingFast > 0 && a.ticket == 0 {
+		lost = a.pendingFast
+	}
 	a.pending = nil
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	var cmds []engine.Command
+	if lost > 0 && a.lostTicket(ctx, lost) {
+		// Its record holds this call's id: the ticket is this call's, and
+		// its turn had come (the fast path takes a ticket only then).
+		a.ticket, a.head = lost, true
+	}
 	if a.leased || unknown {
 		cmds = append(cmds, engine.Release(keyGate, a.id))
 	}
@@ -588,8 +600,6 @@ func (a *admission) release(ctx context.Context) {
 	if len(cmds) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
 	var out engine.StepResult
 	err := patiently(ctx, a.outageSince.IsZero(), func() error { return a.c.reg.eng.Apply(ctx, a.c.part, &out, cmds...) })
 	if err != nil {
@@ -599,6 +609,16 @@ func (a *admission) release(ctx context.Context) {
 		a.c.reg.freed(a.c.name)
 	}
 	a.leased, a.waiting, a.ticket, a.head = false, false, 0, false
+}
+
+// lostTicket reports whether ticket n, which a request of the queue's fast
+// path whose answer was lost may have taken, is this call's: its record
+// holds the call's id. Best effort: a ticket it cannot read is skipped by
+// the caller behind once its record expires.
+func (a *admission) lostTicket(ctx context.Context, n int64) bool {
+	var out engine.StepResult
+	err := patiently(ctx, a.outageSince.IsZero(), func() error { return a.c.reg.eng.Apply(ctx, a.c.part, &out, engine.Get(ticketKey(n))) })
+	return err == nil && out.Results[0].Found && out.Results[0].Value == a.id
 }
 
 // patiently runs f, and while patient runs it again after each store

@@ -372,3 +372,49 @@ func TestWaiterGivingUpReleasesALeaseItNeverHeardOf(t *testing.T) {
 		}
 	})
 }
+
+// A caller that gives up after taking its ticket on the queue's fast path,
+// whose answer it never received, marks that ticket abandoned too: the
+// caller behind it takes the lease as soon as it frees, not once the
+// ticket's record expires, LeaseTTL later.
+func TestWaiterGivingUpMarksATicketItNeverHeardOf(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, 10*time.Second))
+		proc := func(s engine.Store) *pace.Bound { return pace.Define("api").Bind(pace.NewRegistry(s)) }
+		start := time.Now()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := pace.Call(t.Context(), proc(store), func(context.Context) (int, error) {
+				time.Sleep(2 * time.Second)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		// The waiter takes ticket 2 and finds the gate full, but loses the
+		// answer; it gives up during the drop's backoff, before sending
+		// the request again.
+		link := &faultStore{Store: store, lose: true, fail: func(b *engine.Batch) bool { return hasOp(b, engine.OpAcquire) }}
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		wg.Go(func() {
+			if _, err := pace.Call(ctx, proc(link), func(context.Context) (int, error) { return 0, nil }); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("the waiter that gave up: %v, want its context's error", err)
+			}
+		})
+		time.Sleep(time.Second)
+		var at time.Duration
+		if _, err := pace.Call(t.Context(), proc(store), func(context.Context) (int, error) {
+			at = since(start)
+			return 0, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		if at < 2*time.Second || at > 3*time.Second {
+			t.Errorf("the caller behind one that gave up started at %v, want when the lease freed (2 s), within a poll", at)
+		}
+	})
+}
