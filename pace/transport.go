@@ -29,7 +29,8 @@ import (
 // only for an idempotent request (GET, HEAD, OPTIONS, TRACE, PUT, DELETE,
 // or one carrying an Idempotency-Key or X-Idempotency-Key header): for any
 // other the upstream may have acted on it. A lease is released when next
-// returns, that is when the response's header has arrived.
+// returns, that is when the response's header has arrived (for a 429, once
+// its pause is recorded).
 func RoundTripper(next http.RoundTripper, b *Bound, opts ...Option) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
