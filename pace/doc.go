@@ -57,9 +57,10 @@ by the cap after its grant would start late, and late starts bunch up into
 a window holding more than the limit. The call sleeps until its slot and
 claims it; fn runs with the lease held, renewed while fn runs, and released
 when it returns, once an upstream rate limit it met pauses every caller
-(so the caller the lease goes to next starts under the pause). A renewal the store fails is tried again until it answers,
-so an outage or restart of the store shorter than [Config.LeaseTTL] costs
-no lease. A crashed caller's lease expires after LeaseTTL.
+(so the caller the lease goes to next starts under the pause). A renewal
+the store fails is tried again until it answers, so an outage or restart
+of the store shorter than [Config.LeaseTTL] costs no lease. A crashed
+caller's lease expires after LeaseTTL.
 
 The queue is first come, first served, across every process: only the
 ticket whose turn has come takes a lease, so a caller that arrived later,
