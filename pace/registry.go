@@ -326,7 +326,10 @@ func liveLeases(acquire engine.Result) int {
 	return algo.MaxGateLimit - int(acquire.Remaining) - 1
 }
 
-// List returns the names of every configured limiter, sorted.
+// List returns the names of every configured limiter, sorted. A limiter
+// unused for 120 days expires with its records; its name may stay listed
+// until a new name needs its room in the index, so a name listed may
+// answer ErrNoSuchLimiter.
 func (r *Registry) List(ctx context.Context) ([]string, error) {
 	cmds := make([]engine.Command, indexShards)
 	for i := range cmds {
@@ -366,16 +369,45 @@ func (r *Registry) register(ctx context.Context, name string) (bool, error) {
 		}
 		return false, nil
 	}
-	names = append(names, name)
-	slices.Sort(names)
-	v := strings.Join(names, "\n")
+	v := joinNames(append(names, name))
 	if len(v) > engine.MaxValueBytes {
-		return false, fmt.Errorf("%w: limiter %q: the registry's share for this name is full (%d names)", engine.ErrCapacity, name, len(names)-1)
+		// Make room: drop the names of limiters whose records expired.
+		live, err := r.configuredOnly(ctx, names)
+		if err != nil {
+			return false, fmt.Errorf("limiter %q: registering: %w", name, err)
+		}
+		if v = joinNames(append(live, name)); len(v) > engine.MaxValueBytes {
+			return false, fmt.Errorf("%w: limiter %q: the registry's share for this name is full (%d names)", engine.ErrCapacity, name, len(live))
+		}
 	}
 	if err := r.eng.Apply(ctx, registryPartition, &out, engine.Set(key, v, engine.MaxTTLMs)); err != nil {
 		return false, fmt.Errorf("limiter %q: registering: %w", name, err)
 	}
 	return true, nil
+}
+
+// joinNames returns the value of a share of the index holding names.
+func joinNames(names []string) string {
+	slices.Sort(names)
+	return strings.Join(names, "\n")
+}
+
+// configuredOnly returns the names whose limiter still has a
+// configuration: a limiter unused for 120 days expires with its records,
+// but its name stays in the index as long as other names keep their share
+// alive.
+func (r *Registry) configuredOnly(ctx context.Context, names []string) ([]string, error) {
+	var live []string
+	var out engine.StepResult
+	for _, n := range names {
+		if err := r.eng.Apply(ctx, partition(n), &out, engine.Get(keyConfig)); err != nil {
+			return nil, err
+		}
+		if out.Results[0].Found {
+			live = append(live, n)
+		}
+	}
+	return live, nil
 }
 
 // unregister removes name from the index.

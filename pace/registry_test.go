@@ -3,6 +3,8 @@ package pace_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"testing"
@@ -245,4 +247,44 @@ func TestRefillFractionIsKeptInThousandths(t *testing.T) {
 			t.Errorf("RefillFraction %v read back as %v (%v)", f, got.RefillFraction, err)
 		}
 	}
+}
+
+// The names of limiters whose records expired, unused for 120 days, give
+// their room in the index to new ones: a share of the index that other
+// names keep alive does not fill up with the names of limiters that no
+// longer exist. Nor does List name them.
+func TestExpiredLimitersMakeRoomInTheIndex(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		reg := pace.NewRegistry(newStore(t))
+		// Names of 64 bytes sharing one share of the index: 31 fill it.
+		share := func(name string) uint32 {
+			h := fnv.New32a()
+			h.Write([]byte(name))
+			return h.Sum32() % 8
+		}
+		var names []string
+		for i := 0; len(names) < 32; i++ {
+			if name := fmt.Sprintf("%064d", i); share(name) == 0 {
+				names = append(names, name)
+			}
+		}
+		day := 24 * time.Hour
+		configure(t, reg, names[0], config(1, time.Second)) // expires at day 120
+		time.Sleep(100 * day)
+		configure(t, reg, names[1], config(1, time.Second)) // keeps the share alive
+		time.Sleep(30 * day)
+		if _, err := reg.Stats(ctx, names[0]); !errors.Is(err, pace.ErrNoSuchLimiter) {
+			t.Fatalf("the limiter unused for 130 days: %v, want ErrNoSuchLimiter", err)
+		}
+		for _, name := range names[2:] {
+			if err := reg.Configure(ctx, name, config(1, time.Second)); err != nil {
+				t.Fatalf("configuring the name %d of the share: %v", slices.Index(names, name), err)
+			}
+		}
+		got, err := reg.List(ctx)
+		if err != nil || !slices.Equal(got, names[1:]) {
+			t.Errorf("List = %d names (%v), want the %d live ones", len(got), err, len(names)-1)
+		}
+	})
 }
