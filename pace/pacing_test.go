@@ -380,7 +380,7 @@ func TestResentClaimIsRefusedAtOnceBeyondTheDeadline(t *testing.T) {
 		// answered at 1.15 s, when 250 ms are left before its deadline.
 		failures := 0
 		link := &faultStore{Store: store, fail: func(b *engine.Batch) bool {
-			if hasOp(b, engine.OpPaceClaim) && !hasOp(b, engine.OpPaceTake) && time.Since(start) >= time.Second && failures < 4 {
+			if hasOp(b, engine.OpPaceClaim) && !hasOp(b, engine.OpPaceTake) && failures < 4 {
 				failures++
 				return true
 			}
