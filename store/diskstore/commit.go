@@ -253,7 +253,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 		return s.wroteNothing(rd, p, w.reqs)
 	}
 
-	s.present.add(p.hash) // before the rows exist: the filter has no false negatives
+	s.mark(p) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
 	s.encode(w, pb, p, w.writes)
 	if pb.Empty() {

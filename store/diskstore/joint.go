@@ -141,7 +141,7 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 	w := j.workers[0]
 	for i, p := range j.parts[:n] {
 		if len(j.writes[i]) > 0 {
-			s.present.add(p.hash) // before the rows exist: the filter has no false negatives
+			s.mark(p) // before the rows exist: the filter has no false negatives
 			s.encode(w, pb, p, j.writes[i])
 		}
 	}

@@ -24,6 +24,10 @@ type partition struct {
 	recs    records     // guarded by mu
 	replays *replaySet  // guarded by mu; nil until the first replay record
 	loaded  atomic.Bool // written under mu
+	// filtered: the presence filter holds the partition, which it never
+	// forgets; guarded by mu. A partition's later commits skip the
+	// filter's cache line.
+	filtered bool
 
 	// pins counts the callers using the partition; a pinned partition is
 	// never evicted. It is incremented under the shard's lock.

@@ -55,3 +55,12 @@ func (f *presence) mayContain(h uint64) bool {
 	}
 	return true
 }
+
+// mark adds p, whose lock the caller holds, to the presence filter unless
+// it is there already.
+func (s *Store) mark(p *partition) {
+	if !p.filtered {
+		s.present.add(p.hash)
+		p.filtered = true
+	}
+}

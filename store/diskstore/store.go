@@ -43,6 +43,11 @@ type Store struct {
 	syncq chan *round
 	// durable tracks which commits an fsync has covered (see durability).
 	durable durability
+	// smu guards syncing (a syncLog record and its fsync are in flight)
+	// and nextSync (the callers waiting for the next): see syncLog.
+	smu      sync.Mutex
+	syncing  bool
+	nextSync *syncGroup
 	// seq numbers the expiry index entries (see layout.go): it keeps new
 	// entries at the end of their bucket; it may wrap.
 	seq atomic.Uint32
@@ -366,13 +371,72 @@ func rewritten(writes []engine.Write, i int) bool {
 }
 
 // syncLog waits until everything Pebble has sequenced so far is fsynced.
+//
+// Callers share the empty records that ask for the fsyncs (group commit):
+// while one caller's record and fsync are in flight, the callers that
+// arrive meanwhile join the next group, and when the fsync in flight
+// returns one of them writes a single record for the whole group, every
+// member's writes being in the log before it. Without the groups each
+// caller wrote a record of its own: Pebble already fsyncs concurrent
+// records together, so each fsync covers as much as before, but every
+// record was a pass through Pebble's commit pipeline. A member waits as
+// long as it would have (its own record could not have been fsynced by
+// the fsync in flight, which began before it was written), plus the
+// hand-over to the group's writer.
 func (s *Store) syncLog() error {
-	covered := s.durable.committed.Load()
-	if err := s.logSync(); err != nil {
-		return s.fail(err)
+	s.smu.Lock()
+	if !s.syncing {
+		s.syncing = true
+		s.smu.Unlock()
+		return s.leadSync(nil)
 	}
-	s.durable.advance(covered)
-	return nil
+	g := s.nextSync
+	if g == nil {
+		g = &syncGroup{done: make(chan struct{}), lead: make(chan struct{}, 1)}
+		s.nextSync = g
+	}
+	s.smu.Unlock()
+	select {
+	case <-g.done:
+		return g.err
+	case <-g.lead:
+		return s.leadSync(g)
+	}
+}
+
+// syncGroup is the callers of syncLog waiting for the next fsync to begin.
+type syncGroup struct {
+	done chan struct{} // closed once err is set
+	lead chan struct{} // receives once, when a member is to write the record
+	err  error
+}
+
+// leadSync writes the record of group g (nil for a caller alone), waits
+// for its fsync, releases g's members and hands the lead to the group
+// formed meanwhile, if any. The caller has set s.syncing.
+func (s *Store) leadSync(g *syncGroup) error {
+	// Every member's writes precede this: each joined g before its
+	// group was taken (under smu), and the record is written after.
+	covered := s.durable.committed.Load()
+	err := s.logSync()
+	if err != nil {
+		err = s.fail(err)
+	} else {
+		s.durable.advance(covered)
+	}
+	if g != nil {
+		g.err = err
+		close(g.done)
+	}
+	s.smu.Lock()
+	if next := s.nextSync; next != nil {
+		s.nextSync = nil
+		next.lead <- struct{}{} // s.syncing stays set: next's writer holds it
+	} else {
+		s.syncing = false
+	}
+	s.smu.Unlock()
+	return err
 }
 
 // logSync writes an empty record to the write-ahead log and waits for its

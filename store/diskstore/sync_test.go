@@ -463,3 +463,94 @@ func TestOpenReportsAFailedFsync(t *testing.T) {
 		t.Fatalf("Open with a failing fsync: %v, want an error wrapping ErrUnavailable", err)
 	}
 }
+
+// TestSyncsShareARecord holds the write-ahead log's fsyncs one at a time
+// and checks that the Syncs that arrive while one is in flight write no
+// record of their own meanwhile, then share one, written once the fsync in
+// flight returns; and that none of them returns before the fsync of that
+// record, which follows their writes (the one in flight began before them).
+func TestSyncsShareARecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var gated atomic.Bool
+		tokens := make(chan struct{}, 8)
+		cfg := DefaultConfig()
+		cfg.Dir = "db"
+		cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			switch op.Kind {
+			case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+				if strings.HasSuffix(op.Path, ".log") && gated.Load() {
+					<-tokens
+				}
+			}
+			return nil
+		}))
+		cfg.Clock = testclock.At(t0)
+		s, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		defer close(tokens) // release every fsync still held before Close
+		logged := func() uint64 { return s.db.Metrics().WAL.BytesIn }
+		deferred := func(p string) {
+			var out engine.StepResult
+			b := &engine.Batch{Partition: p, Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+			if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		syncAsync := func() <-chan error {
+			done := make(chan error, 1)
+			go func() { done <- s.Sync(t.Context()) }()
+			return done
+		}
+
+		gated.Store(true)
+		deferred("a")
+		before := logged()
+		first := syncAsync()
+		synctest.Wait() // its record written, its fsync held
+		record := logged() - before
+		if record == 0 {
+			t.Fatal("the first Sync wrote no record")
+		}
+
+		followers := []string{"b", "c", "d", "e", "f"}
+		for _, p := range followers {
+			deferred(p)
+		}
+		before = logged()
+		var dones []<-chan error
+		for range followers {
+			dones = append(dones, syncAsync())
+		}
+		synctest.Wait()
+		if n := logged() - before; n != 0 {
+			t.Fatalf("Syncs arriving during an fsync wrote %d bytes to the log at once, want none (a record is %d)", n, record)
+		}
+
+		tokens <- struct{}{} // the first fsync returns
+		synctest.Wait()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if n := logged() - before; n != record {
+			t.Fatalf("the waiting Syncs wrote %d bytes to the log, want one record of %d", n, record)
+		}
+		for i, done := range dones {
+			select {
+			case err := <-done:
+				t.Fatalf("Sync %d returned (%v) before the fsync of a record written after its writes", i, err)
+			default:
+			}
+		}
+
+		tokens <- struct{}{} // the shared record's fsync returns
+		for i, done := range dones {
+			if err := <-done; err != nil {
+				t.Fatalf("Sync %d: %v", i, err)
+			}
+		}
+		gated.Store(false)
+	})
+}
