@@ -163,7 +163,12 @@ func ConfigFromEnv() (Config, error) {
 	cfg.Secret = os.Getenv(EnvSecret)
 	cfg.Pepper = os.Getenv(EnvPepper)
 	if v, ok := os.LookupEnv(EnvTimeoutMs); ok && strings.TrimSpace(v) != "" {
+		// A whole number beyond int64 parses as the nearest bound, with
+		// ErrRange: it is clamped like any other.
 		ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			err = nil
+		}
 		if err != nil {
 			cfg.problems = append(cfg.problems, fmt.Errorf("%s=%q is not a whole number of milliseconds", EnvTimeoutMs, v))
 		} else {
