@@ -238,6 +238,12 @@ func TestConfigURLPasswordNeverQuoted(t *testing.T) {
 		"https://user:" + password + "@example.com/path",
 		"ftp://user:" + password + "@example.com",
 		"https://user:" + password + "@example.com",
+		// A credential may as well travel in the path, query or fragment.
+		"https://example.com/?access_token=" + password,
+		"https://example.com/" + password,
+		"https://example.com/#" + password,
+		"http://example.com/?key=" + password,
+		"ftp://example.com/?key=" + password,
 	} {
 		t.Run(raw, func(t *testing.T) {
 			cfg := client.DefaultConfig()
