@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -263,10 +266,17 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 }
 
 // Apply runs one batch as a one-step request (see Do), writing its outcome
-// into out and reusing out.Results' capacity. The request carries
-// b.OperationID when set and a fresh operation id otherwise.
+// into out and reusing out.Results' capacity. The request carries a fresh
+// operation id when b has none. A batch with an operation id names its
+// replay record by that id and its step (b.Step), but the server names a
+// one-step request's record by its id and step 0: so the batch of step 0
+// is sent with b.OperationID, and the batch of any other step with an id
+// derived from b.OperationID and the step (32 hex digits of a SHA-256 of
+// both). The steps of one operation applied one by one (by an engine over
+// a store wrapping the client) thus keep records of their own, as on a
+// local store, and a retry of the same batch replays its own.
 func (c *Client) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
-	r := engine.Request{OperationID: b.OperationID, Steps: []engine.Step{{Partition: b.Partition, Commands: b.Commands}}}
+	r := engine.Request{OperationID: stepOperationID(b.OperationID, b.Step), Steps: []engine.Step{{Partition: b.Partition, Commands: b.Commands}}}
 	resp, err := c.Do(ctx, &r)
 	if err != nil {
 		return err
@@ -275,6 +285,23 @@ func (c *Client) Apply(ctx context.Context, b *engine.Batch, out *engine.StepRes
 	out.Skipped, out.Replayed, out.Denied = st.Skipped, st.Replayed, st.Denied
 	out.Results = append(out.Results[:0], st.Results...)
 	return nil
+}
+
+// stepOperationID returns the operation id under which Client.Apply sends
+// the batch of step step of the operation id: id itself for step 0 (and
+// for an empty id), and otherwise 32 lowercase hex digits of the SHA-256 of
+// a tag, id and the step, so that every step of one operation has an id of
+// its own and the same step always the same one.
+func stepOperationID(id string, step int) string {
+	if id == "" || step == 0 {
+		return id
+	}
+	h := sha256.New()
+	h.Write([]byte("sluice-step\x00"))
+	h.Write([]byte(id))
+	h.Write(binary.BigEndian.AppendUint64([]byte{0}, uint64(step)))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 var _ engine.RemoteStore = (*Client)(nil)

@@ -698,3 +698,50 @@ func TestAnswerSkippingOutOfTurn(t *testing.T) {
 		}
 	}
 }
+
+// storeOnly hides every interface of the store it holds but engine.Store,
+// as a wrapper of a caller's own (metrics, tracing) does: the engine then
+// runs a request step by step through Apply.
+type storeOnly struct{ engine.Store }
+
+// TestApplyKeepsStepsOfOneOperationApart runs a request of two steps on one
+// partition, with an operation id, through a store wrapping the client, so
+// that each step reaches Client.Apply as a batch naming its step. Each step
+// is charged, the second is neither replayed from the first nor refused as
+// a conflict with it, and a retry of the whole request replays both.
+func TestApplyKeepsStepsOfOneOperationApart(t *testing.T) {
+	h := newHarness(t)
+	eng := engine.New(storeOnly{h.client()})
+	w := fixed("w", 10, 60_000)
+	hit := engine.Step{Partition: "acct:42", Commands: []engine.Command{engine.Hit(1, w)}}
+	req := &engine.Request{OperationID: engine.NewOperationID(), Steps: []engine.Step{hit, hit}}
+	first, err := eng.Do(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int64{9, 8} {
+		if st := first.Steps[i]; st.Replayed || st.Results[0].Remaining != want {
+			t.Fatalf("step %d of two equal hits: %+v, want charged, %d remaining", i, st, want)
+		}
+	}
+	again, err := eng.Do(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range again.Steps {
+		if !st.Replayed || st.Results[0].Remaining != first.Steps[i].Results[0].Remaining {
+			t.Fatalf("retry, step %d: %+v, want its own recorded result replayed", i, st)
+		}
+	}
+	incr := &engine.Request{OperationID: engine.NewOperationID(), Steps: []engine.Step{
+		{Partition: "acct:42", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}},
+		{Partition: "acct:42", Commands: []engine.Command{engine.Incr("n", 5, 60_000)}},
+	}}
+	resp, err := eng.Do(ctxT(t), incr)
+	if err != nil {
+		t.Fatalf("two steps of other commands on one partition: %v", err)
+	}
+	if resp.Steps[1].Results[0].Int != 6 {
+		t.Fatalf("second step: %+v, want the counter at 6", resp.Steps[1])
+	}
+}

@@ -163,7 +163,12 @@ func ConfigFromEnv() (Config, error) {
 	cfg.Secret = os.Getenv(EnvSecret)
 	cfg.Pepper = os.Getenv(EnvPepper)
 	if v, ok := os.LookupEnv(EnvTimeoutMs); ok && strings.TrimSpace(v) != "" {
+		// A whole number beyond int64 parses as the nearest bound, with
+		// ErrRange: it is clamped like any other.
 		ms, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			err = nil
+		}
 		if err != nil {
 			cfg.problems = append(cfg.problems, fmt.Errorf("%s=%q is not a whole number of milliseconds", EnvTimeoutMs, v))
 		} else {
@@ -280,17 +285,20 @@ func validateURL(raw string) error {
 		}
 		return fmt.Errorf("server URL does not parse: %w", err)
 	}
+	// Messages name the scheme and host alone: a path, query or fragment
+	// may carry a credential as well as the user information.
+	origin := u.Scheme + "://" + u.Host
 	switch {
 	case u.User != nil:
 		return errors.New("server URL carries credentials (use the signing secret)")
 	case u.Opaque != "":
 		return fmt.Errorf("server URL of scheme %q has no host (want %s://host)", u.Scheme, u.Scheme)
 	case u.Hostname() == "":
-		return fmt.Errorf("server URL %q has no host", u.Redacted())
+		return fmt.Errorf("server URL of scheme %q has no host", u.Scheme)
 	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.Fragment != "", u.ForceQuery, strings.Contains(raw, "#"):
 		// The paths are appended to raw: an empty fragment ("#") would
 		// turn them into one.
-		return fmt.Errorf("server URL %q must be an origin, without path, query or fragment", u.Redacted())
+		return fmt.Errorf("server URL of %q carries a path, query or fragment (it must be an origin)", origin)
 	}
 	switch u.Scheme {
 	case "https":
@@ -299,9 +307,9 @@ func validateURL(raw string) error {
 		if isLoopback(u.Hostname()) {
 			return nil
 		}
-		return fmt.Errorf("server URL %q is plain http on a non-loopback host (use https)", u.Redacted())
+		return fmt.Errorf("server URL %q is plain http on a non-loopback host (use https)", origin)
 	}
-	return fmt.Errorf("server URL %q: scheme %q (want https, or http on loopback)", u.Redacted(), u.Scheme)
+	return fmt.Errorf("server URL %q: scheme %q (want https, or http on loopback)", origin, u.Scheme)
 }
 
 func isLoopback(host string) bool {

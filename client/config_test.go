@@ -139,16 +139,18 @@ func TestConfigFromEnv(t *testing.T) {
 
 func TestConfigFromEnvDefaultsAndClamping(t *testing.T) {
 	cases := map[string]time.Duration{
-		"":                     client.DefaultTimeout,
-		"750":                  750 * time.Millisecond,
-		"100":                  100 * time.Millisecond,
-		"99":                   client.MinTimeout,
-		"0":                    client.MinTimeout,
-		"-5":                   client.MinTimeout,
-		"2000":                 2 * time.Second,
-		"2001":                 client.MaxTimeout,
-		"9223372036854775807":  client.MaxTimeout, // would overflow a Duration
-		"-9223372036854775808": client.MinTimeout,
+		"":                      client.DefaultTimeout,
+		"750":                   750 * time.Millisecond,
+		"100":                   100 * time.Millisecond,
+		"99":                    client.MinTimeout,
+		"0":                     client.MinTimeout,
+		"-5":                    client.MinTimeout,
+		"2000":                  2 * time.Second,
+		"2001":                  client.MaxTimeout,
+		"9223372036854775807":   client.MaxTimeout, // would overflow a Duration
+		"-9223372036854775808":  client.MinTimeout,
+		"99999999999999999999":  client.MaxTimeout, // beyond int64: a whole number still
+		"-99999999999999999999": client.MinTimeout,
 	}
 	for v, want := range cases {
 		setEnv(t, map[string]string{client.EnvURL: "https://s.example", client.EnvSecret: goodSecret, client.EnvPepper: goodPepper, client.EnvTimeoutMs: v})
@@ -236,6 +238,12 @@ func TestConfigURLPasswordNeverQuoted(t *testing.T) {
 		"https://user:" + password + "@example.com/path",
 		"ftp://user:" + password + "@example.com",
 		"https://user:" + password + "@example.com",
+		// A credential may as well travel in the path, query or fragment.
+		"https://example.com/?access_token=" + password,
+		"https://example.com/" + password,
+		"https://example.com/#" + password,
+		"http://example.com/?key=" + password,
+		"ftp://example.com/?key=" + password,
 	} {
 		t.Run(raw, func(t *testing.T) {
 			cfg := client.DefaultConfig()

@@ -97,7 +97,10 @@ bucket every client names alike).
 # Operation ids and retries
 
 Every request carries an operation id: the request's own when it has one,
-a fresh [engine.NewOperationID] otherwise. The client never retries. After
+a fresh [engine.NewOperationID] otherwise. A batch given to [Client.Apply]
+for a step other than the first of its operation carries an id derived
+from the operation's and the step, so each step keeps its own replay
+record. The client never retries. After
 an unknown outcome (a timeout, any [ErrUnavailable]) a caller that retries a
 mutating request passes the same operation id, and the server returns the
 recorded results without charging again. The bounds (steps, commands,

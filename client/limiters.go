@@ -63,6 +63,8 @@ func (c LimitersConfig) Validate() error {
 // Every method returns the server's refusals as a *wire.Error, which
 // errors.Is matches against wire.ErrNoSuchLimiter, wire.ErrInvalid or
 // wire.ErrUnauthorized; a failure to reach the server wraps ErrUnavailable.
+// A name no limiter can have (see wire.ValidateLimiterName) is refused as
+// the server refuses it, wire.ErrInvalid, without sending anything.
 // A Limiters is safe for concurrent use.
 type Limiters struct {
 	origin  string
@@ -99,6 +101,9 @@ func (l *Limiters) List(ctx context.Context) ([]wire.Limiter, error) {
 // Get returns the limiter name with its configuration and current state.
 func (l *Limiters) Get(ctx context.Context, name string) (wire.LimiterStatus, error) {
 	var st wire.LimiterStatus
+	if err := badLimiterName(http.MethodGet, name); err != nil {
+		return st, err
+	}
 	err := l.do(ctx, http.MethodGet, limiterPath(name), "", nil, &st)
 	return st, err
 }
@@ -108,6 +113,9 @@ func (l *Limiters) Get(ctx context.Context, name string) (wire.LimiterStatus, er
 // limiter, even when cfg equals the configuration in force: compare first
 // to leave them be.
 func (l *Limiters) Configure(ctx context.Context, name string, cfg wire.LimiterConfig) (wire.Limiter, error) {
+	if err := badLimiterName(http.MethodPut, name); err != nil {
+		return wire.Limiter{}, err
+	}
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return wire.Limiter{}, err
@@ -124,6 +132,9 @@ func (l *Limiters) Configure(ctx context.Context, name string, cfg wire.LimiterC
 //
 //	l.Reconfigure(ctx, "billing-api", map[string]any{"concurrency": 10})
 func (l *Limiters) Reconfigure(ctx context.Context, name string, patch map[string]any) (wire.Limiter, error) {
+	if err := badLimiterName(http.MethodPatch, name); err != nil {
+		return wire.Limiter{}, err
+	}
 	body, err := json.Marshal(patch)
 	if err != nil {
 		return wire.Limiter{}, err
@@ -134,6 +145,23 @@ func (l *Limiters) Reconfigure(ctx context.Context, name string, patch map[strin
 }
 
 func limiterPath(name string) string { return wire.PathLimiters + "/" + url.PathEscape(name) }
+
+// badLimiterName returns the error of method on a name no limiter can
+// have, as the server answers it (400 invalid), or nil. Such a name is
+// refused before anything is sent: "." and ".." would reach the server as
+// a path it cleans into another, and "" as the list's path.
+func badLimiterName(method, name string) error {
+	return badName(method, wire.PathLimiters, wire.ValidateLimiterName(name))
+}
+
+// badName wraps err, the problem of a name under the endpoint path, as a
+// refusal of method, or returns nil for a nil err.
+func badName(method, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w", method, path, &wire.Error{Problem: wire.NewProblem(wire.CodeInvalid, err.Error())})
+}
 
 // do sends one request and decodes a 200 answer into out, or takes a 204
 // answer when out is nil.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/client"
@@ -70,5 +71,48 @@ func TestLimitersErrors(t *testing.T) {
 	srv.Close()
 	if _, err := l.List(ctx); !errors.Is(err, client.ErrUnavailable) {
 		t.Errorf("no server: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestLimiterAndPolicyNamesCheckedBeforeSending calls every method naming
+// a limiter or a policy with names no limiter or policy can have, against
+// a real server: each fails with wire.ErrInvalid, as the server refuses a
+// bad name, and sends nothing. "." and ".." would otherwise reach the
+// server as a path it cleans and redirects, read as unavailability, and
+// "" as the list's path.
+func TestLimiterAndPolicyNamesCheckedBeforeSending(t *testing.T) {
+	h := newHarness(t)
+	var sent atomic.Int64
+	h.before = func(w http.ResponseWriter, r *http.Request) bool {
+		sent.Add(1)
+		return false
+	}
+	cfg := client.LimitersConfig{URL: h.srv.URL, Key: testToken}
+	l, err := client.NewLimiters(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := client.NewPolicies(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	for _, name := range []string{"", ".", "..", "a/b", strings.Repeat("n", wire.MaxLimiterName+1)} {
+		calls := map[string]func() error{
+			"Limiters.Get":         func() error { _, err := l.Get(ctx, name); return err },
+			"Limiters.Configure":   func() error { _, err := l.Configure(ctx, name, wire.LimiterConfig{}); return err },
+			"Limiters.Reconfigure": func() error { _, err := l.Reconfigure(ctx, name, map[string]any{"concurrency": 1}); return err },
+			"Policies.Get":         func() error { _, err := p.Get(ctx, name); return err },
+			"Policies.Set":         func() error { _, err := p.Set(ctx, name, wire.PolicyConfig{}); return err },
+			"Policies.Delete":      func() error { return p.Delete(ctx, name) },
+		}
+		for method, call := range calls {
+			if err := call(); !errors.Is(err, wire.ErrInvalid) || errors.Is(err, client.ErrUnavailable) {
+				t.Errorf("%s(%q): %v, want wire.ErrInvalid", method, name, err)
+			}
+		}
+	}
+	if n := sent.Load(); n != 0 {
+		t.Errorf("%d requests sent for names no limiter or policy can have, want none", n)
 	}
 }

@@ -18,6 +18,8 @@ import (
 // Every method returns the server's refusals as a *wire.Error, which
 // errors.Is matches against wire.ErrNoSuchPolicy, wire.ErrInvalid or
 // wire.ErrUnauthorized; a failure to reach the server wraps ErrUnavailable.
+// A name no policy can have (see wire.ValidatePolicyName) is refused as the
+// server refuses it, wire.ErrInvalid, without sending anything.
 // A Policies is safe for concurrent use.
 type Policies struct {
 	l *Limiters
@@ -46,6 +48,9 @@ func (p *Policies) List(ctx context.Context) ([]wire.Policy, error) {
 // there is none.
 func (p *Policies) Get(ctx context.Context, name string) (wire.Policy, error) {
 	var out wire.Policy
+	if err := badPolicyName(http.MethodGet, name); err != nil {
+		return out, err
+	}
 	err := p.l.do(ctx, http.MethodGet, policyPath(name), "", nil, &out)
 	return out, err
 }
@@ -53,6 +58,9 @@ func (p *Policies) Get(ctx context.Context, name string) (wire.Policy, error) {
 // Set stores cfg as the policy name, creating or replacing it. The stages
 // enforcing it take the new quota within their refresh interval.
 func (p *Policies) Set(ctx context.Context, name string, cfg wire.PolicyConfig) (wire.Policy, error) {
+	if err := badPolicyName(http.MethodPut, name); err != nil {
+		return wire.Policy{}, err
+	}
 	body, err := json.Marshal(cfg)
 	if err != nil {
 		return wire.Policy{}, err
@@ -66,7 +74,15 @@ func (p *Policies) Set(ctx context.Context, name string, cfg wire.PolicyConfig) 
 // an error. The stages enforcing it refuse their requests (or fall back)
 // from their next read of it on.
 func (p *Policies) Delete(ctx context.Context, name string) error {
+	if err := badPolicyName(http.MethodDelete, name); err != nil {
+		return err
+	}
 	return p.l.do(ctx, http.MethodDelete, policyPath(name), "", nil, nil)
 }
 
 func policyPath(name string) string { return wire.PathPolicies + "/" + url.PathEscape(name) }
+
+// badPolicyName is badLimiterName for a policy's name.
+func badPolicyName(method, name string) error {
+	return badName(method, wire.PathPolicies, wire.ValidatePolicyName(name))
+}
