@@ -135,8 +135,12 @@ func New(cfg Config) *Client {
 }
 
 // newTransport returns the pooled transport of a client that was given no
-// HTTPClient, speaking version. Go's transport resends a POST only when none
-// of it was written, so the server never sees a request twice.
+// HTTPClient, speaking version. Over HTTP/1.1 Go's transport resends a POST
+// only when none of it was written; over HTTP/2 it may also resend one the
+// server or a proxy reset with a protocol error, which may have run. Either
+// way a resend is the same signed bytes under the same operation id (every
+// request carries one), so the server answers it from its replay record
+// and charges nothing twice.
 func newTransport(timeout time.Duration, version HTTPVersion, tls bool) *http.Transport {
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
