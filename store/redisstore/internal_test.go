@@ -50,7 +50,7 @@ func TestEncodeKeys(t *testing.T) {
 		},
 	}
 	var c call
-	if err := c.encode(b, &cfg); err != nil {
+	if err := c.encode(b, &cfg, true); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"sluice:{p}:r:3:op", "sluice:{p}:k:w", "sluice:{p}:k:w2", "sluice:{p}:k:r", "sluice:{p}:k:b"}
@@ -77,7 +77,7 @@ func TestEncodeRefuses(t *testing.T) {
 		"no command":       nil,
 	} {
 		var c call
-		if err := c.encode(&engine.Batch{Partition: "p", Commands: cmds}, &cfg); !errors.Is(err, engine.ErrInvalid) {
+		if err := c.encode(&engine.Batch{Partition: "p", Commands: cmds}, &cfg, true); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}

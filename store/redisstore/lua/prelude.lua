@@ -67,6 +67,13 @@
 --   7  the number of commands, then each command: an op code and its
 --      fields, in the order keys.go writes them and the commands read them
 --
+-- A lone hit sent on its own (ARGV[1] LONE; see loneHit in batch.lua) has
+-- arguments of its own: KEYS[1] is its window's record, and ARGV is LONE,
+-- the clock, the prefix, the extra lifetime (as 2, 3 and 6 above), then the
+-- hit's cost and its window's kind, limit and window: none of a batch's
+-- fields that a lone hit leaves empty or fixed, each of which Redis would
+-- otherwise parse and hand to Lua as a string on every call.
+--
 -- A joint step (ARGV[1] JOINT; see joint in batch.lua) carries several
 -- batches, each with its keys and its arguments as above, and answers
 -- {0, denied, each batch's reply...}: its writes are issued only when no
@@ -87,6 +94,7 @@
 
 local FORMAT = '1'
 local JOINT = 'joint 1' -- ARGV[1] of a joint step (see joint in batch.lua)
+local LONE = 'hit 1' -- ARGV[1] of a lone hit sent on its own (see loneHit in batch.lua)
 
 -- Failure codes of the reply; the Go side maps them to engine sentinels.
 local WRONG_TYPE, OVERFLOW, CONFLICT, CORRUPT, INVALID = 1, 2, 3, 4, 5
