@@ -257,7 +257,7 @@ local function evaluate()
 		current = 0
 		local d = ws[1]
 		denied = not r[ALLOWED]
-		return {0, r[ALLOWED] and 1 or 0, r[REMAINING], r[RESET_AT], r[RETRY], d.remaining, d.resetAt, d.retry}
+		return {0, r[ALLOWED] and 1 or 0, d.remaining, d.resetAt, d.retry}
 	end
 	local reply = {0, 0, 0}
 	for i = 1, n do
@@ -436,7 +436,7 @@ local function loneHit(keys, argv)
 			redis.call('SET', k, cmsgpack.pack(rec), 'PX', string.format('%d', max(1, rec[2] - now) + grace))
 		end
 	end
-	return {0, allowed and 1 or 0, min(MAX_LIMIT, remaining), max(0, resetAt), max(0, retry), remaining, resetAt, retry}
+	return {0, allowed and 1 or 0, remaining, resetAt, retry}
 end
 
 -- batch runs one batch, a lone hit (argv[1] LONE) or a joint step (argv[1]

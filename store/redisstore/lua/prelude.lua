@@ -86,11 +86,13 @@
 -- when a command failed and nothing was written (codes below).
 --
 -- A lone hit, the commonest batch, has a compact reply: a batch of one
--- win.hit on one window without a replay record (ARGV[4] "") answers
--- {0, allowed, remaining, resetAt, retryAfter, window's remaining,
--- window's resetAt, window's retryAfter}. Its replayed is 0, its denied
--- is not allowed, its window's allowed is the hit's, and its other fields
--- are a hit's zeros; the Go side knows the shape from the batch it sent.
+-- win.hit on one window without a replay record (ARGV[4] "", or the LONE
+-- form) answers {0, allowed, window's remaining, window's resetAt,
+-- window's retryAfter}. Its replayed is 0, its denied is not allowed, its
+-- window's allowed is the hit's, its remaining, resetAt and retryAfter
+-- are the window's as a hit of one window sets them (min(MAX_LIMIT, ·),
+-- max(0, ·), max(0, ·)), and its other fields are a hit's zeros; the Go
+-- side knows the shape from the batch it sent and fills them in.
 
 local FORMAT = '1'
 local JOINT = 'joint 1' -- ARGV[1] of a joint step (see joint in batch.lua)
