@@ -45,8 +45,8 @@ func partitionBase(dst []byte, prefix, partition string) []byte {
 const scriptFormat = "1"
 
 // loneFormat is ARGV[1] of a lone hit sent on its own (see lua/prelude.lua):
-// the hit's fields follow the clock, the prefix and the grace, with none
-// of a batch's.
+// the clock and the prefix follow, then the hit's spec, with none of a
+// batch's fields.
 const loneFormat = "hit 1"
 
 // maxExactMs bounds the instants the script computes with: Lua numbers are
@@ -70,6 +70,9 @@ type call struct {
 	// fcall is the whole FCALL command (name, function, key count, keys,
 	// arguments), or EVALSHA or EVAL, built in one reused slice.
 	fcall []any
+	// spec is a lone hit's spec argument, built in place; args holds it
+	// until the call is cleared.
+	spec []byte
 }
 
 // clear drops the references a pooled call holds to the caller's strings.
@@ -121,9 +124,10 @@ var replayTTLArg any = strconv.FormatInt(engine.ReplayTTL.Milliseconds(), 10)
 // caller that skipped the engine) and checks what that validation leaves to
 // the store: that every number is one the script computes exactly. On
 // error nothing has been sent. With compact, a lone hit (isLone) takes the
-// lone form, {LONE, clock, prefix, grace, cost, kind, limit, window}, with
-// its window's record as the only key; a joint step's batches, which the
-// script reads as batches, never do.
+// lone form, {LONE, clock, prefix, spec}, with its window's record as the
+// only key, where spec is "<grace> <cost> <kind> <limit> <window>" in
+// decimal; a joint step's batches, which the script reads as batches,
+// never do.
 func (c *call) encode(b *engine.Batch, cfg *Config, compact bool) error {
 	c.clear()
 	if n := len(b.Commands); n == 0 || n > engine.MaxCommandsPerStep {
@@ -159,7 +163,11 @@ func (c *call) encode(b *engine.Batch, cfg *Config, compact bool) error {
 		}
 		w := &cmd.Windows[0]
 		c.key(w.Key)
-		c.args = append(c.args, loneFormat, now, c.prefix, grace, cmd.Cost, int(w.Kind), w.Limit, w.WindowMs)
+		c.spec = strconv.AppendInt(c.spec[:0], grace, 10)
+		for _, v := range [...]int64{cmd.Cost, int64(w.Kind), w.Limit, w.WindowMs} {
+			c.spec = strconv.AppendInt(append(c.spec, ' '), v, 10)
+		}
+		c.args = append(c.args, loneFormat, now, c.prefix, c.spec)
 		return nil
 	}
 	// ARGV[3], the prefix, is set once the first record key is built.

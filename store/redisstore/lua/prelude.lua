@@ -69,10 +69,13 @@
 --
 -- A lone hit sent on its own (ARGV[1] LONE; see loneHit in batch.lua) has
 -- arguments of its own: KEYS[1] is its window's record, and ARGV is LONE,
--- the clock, the prefix, the extra lifetime (as 2, 3 and 6 above), then the
--- hit's cost and its window's kind, limit and window: none of a batch's
--- fields that a lone hit leaves empty or fixed, each of which Redis would
--- otherwise parse and hand to Lua as a string on every call.
+-- the clock, the prefix (as 2 and 3 above), then its spec, one argument
+-- "<grace> <cost> <kind> <limit> <window>" in decimal: the extra lifetime
+-- (as 6 above), the hit's cost and its window's kind, limit and window.
+-- None of a batch's fields that a lone hit leaves empty or fixed is sent,
+-- and the spec, the same few strings over and over, is parsed once and
+-- memoised: Redis parses each argument and hands it to Lua as a string on
+-- every call.
 --
 -- A joint step (ARGV[1] JOINT; see joint in batch.lua) carries several
 -- batches, each with its keys and its arguments as above, and answers
