@@ -195,7 +195,7 @@ end
 local S = {get = get, load = load, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber, isInt = isInt,
 	value = value, key = key, keyAt = keyAt, arg = arg, num = num, addWindow = addWindow, name = name}
 local values, counters, windows, budgets, gates, pace
-local hitOne -- a lone hit (see lone), built with windows
+local hitOne -- a lone hit (see loneHit), built with windows
 
 -- run runs one command, building its family on first use.
 local function run(op, r)
@@ -426,8 +426,9 @@ local function spec(s)
 	return v
 end
 
--- Redis 7 and later (which define REDIS_VERSION_NUM) take SET ... KEEPTTL
--- (6.0 and later do; 5 does not).
+-- SET ... KEEPTTL exists from Redis 6.0 on; the script uses it where
+-- REDIS_VERSION_NUM, defined from 7.0 on, shows that it may (on 6.x the
+-- expiry is set every time, as Redis 5 needs).
 local KEEPTTL = redis.REDIS_VERSION_NUM ~= nil
 
 -- loneHit runs a lone hit (argv[1] LONE; see prelude.lua): one win.hit on one
