@@ -50,7 +50,7 @@ func TestEncodeKeys(t *testing.T) {
 		},
 	}
 	var c call
-	if err := c.encode(b, &cfg); err != nil {
+	if err := c.encode(b, &cfg, true); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"sluice:{p}:r:3:op", "sluice:{p}:k:w", "sluice:{p}:k:w2", "sluice:{p}:k:r", "sluice:{p}:k:b"}
@@ -77,7 +77,7 @@ func TestEncodeRefuses(t *testing.T) {
 		"no command":       nil,
 	} {
 		var c call
-		if err := c.encode(&engine.Batch{Partition: "p", Commands: cmds}, &cfg); !errors.Is(err, engine.ErrInvalid) {
+		if err := c.encode(&engine.Batch{Partition: "p", Commands: cmds}, &cfg, true); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestDecodeLoneReply(t *testing.T) {
 		}
 	}
 	good := func() []any {
-		return []any{int64(0), int64(0), int64(3), int64(1700000000000), int64(250), int64(4), int64(1700000000001), int64(251)}
+		return []any{int64(0), int64(0), int64(3), int64(1700000000000), int64(250)}
 	}
 	// A reused StepResult with a previous result and window in it.
 	out := engine.StepResult{Results: []engine.Result{{Found: true, Int: 9, Windows: []engine.WindowResult{{Allowed: true}}}}}
@@ -168,16 +168,30 @@ func TestDecodeLoneReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := engine.Result{Remaining: 3, ResetAt: 1700000000000, RetryAfterMs: 250,
-		Windows: []engine.WindowResult{{Remaining: 4, ResetAt: 1700000000001, RetryAfterMs: 251}}}
+		Windows: []engine.WindowResult{{Remaining: 3, ResetAt: 1700000000000, RetryAfterMs: 250}}}
 	if !out.Denied || out.Replayed || len(out.Results) != 1 || !reflect.DeepEqual(out.Results[0], want) {
 		t.Fatalf("decoded %+v, want denied and %+v", out, want)
 	}
+	// The hit's figures are the window's as a hit of one window bounds
+	// them (cmdHit in lua/windows.lua): remaining at most MaxLimit, resetAt
+	// and retryAfter at least 0.
+	edge := []any{int64(0), int64(1), algo.MaxLimit + 1, int64(-5), int64(-7)}
+	resetStep(&out)
+	if err := decodeReply(edge, b, &out); err != nil {
+		t.Fatal(err)
+	}
+	want = engine.Result{Allowed: true, Remaining: algo.MaxLimit, ResetAt: 0, RetryAfterMs: 0,
+		Windows: []engine.WindowResult{{Allowed: true, Remaining: algo.MaxLimit + 1, ResetAt: -5, RetryAfterMs: -7}}}
+	if out.Denied || len(out.Results) != 1 || !reflect.DeepEqual(out.Results[0], want) {
+		t.Fatalf("decoded %+v, want %+v", out, want)
+	}
 	for name, reply := range map[string]any{
 		"full reply":     []any{int64(0), int64(0), int64(0), []any{int64(1), int64(0), int64(2), int64(3), int64(4), int64(0), int64(0), "0", "", []any{int64(1), int64(2), int64(3), int64(4)}}},
-		"short":          good()[:7],
+		"short":          good()[:4],
 		"long":           append(good(), int64(1)),
 		"allowed 2":      func() any { a := good(); a[1] = int64(2); return a }(),
-		"window string":  func() any { a := good(); a[6] = "1"; return a }(),
+		"window string":  func() any { a := good(); a[3] = "1"; return a }(),
+		"eight elements": append(good(), int64(4), int64(1700000000001), int64(251)),
 		"status 1, long": func() any { a := good(); a[0] = int64(1); return a }(),
 	} {
 		out := engine.StepResult{}

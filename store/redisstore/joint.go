@@ -60,7 +60,7 @@ func (s *Store) ApplyJoint(ctx context.Context, bs []*engine.Batch, outs []engin
 	}()
 	for i, b := range bs {
 		parts[i] = s.calls.Get().(*call)
-		if err := parts[i].encode(b, &s.cfg); err != nil {
+		if err := parts[i].encode(b, &s.cfg, false); err != nil {
 			return fmt.Errorf("batch %d: %w", i, err)
 		}
 	}

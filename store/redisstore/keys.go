@@ -44,6 +44,11 @@ func partitionBase(dst []byte, prefix, partition string) []byte {
 // The script's argument format (ARGV[1]); see lua/prelude.lua.
 const scriptFormat = "1"
 
+// loneFormat is ARGV[1] of a lone hit sent on its own (see lua/prelude.lua):
+// the clock and the prefix follow, then the hit's spec, with none of a
+// batch's fields.
+const loneFormat = "hit 1"
+
 // maxExactMs bounds the instants the script computes with: Lua numbers are
 // doubles, exact for integers below 2^53, and every instant is summed with
 // windows and TTLs of up to 120 days.
@@ -65,6 +70,9 @@ type call struct {
 	// fcall is the whole FCALL command (name, function, key count, keys,
 	// arguments), or EVALSHA or EVAL, built in one reused slice.
 	fcall []any
+	// spec is a lone hit's spec argument, built in place; args holds it
+	// until the call is cleared.
+	spec []byte
 }
 
 // clear drops the references a pooled call holds to the caller's strings.
@@ -115,8 +123,12 @@ var replayTTLArg any = strconv.FormatInt(engine.ReplayTTL.Milliseconds(), 10)
 // already; this keeps the script's arithmetic in its exact range even for a
 // caller that skipped the engine) and checks what that validation leaves to
 // the store: that every number is one the script computes exactly. On
-// error nothing has been sent.
-func (c *call) encode(b *engine.Batch, cfg *Config) error {
+// error nothing has been sent. With compact, a lone hit (isLone) takes the
+// lone form, {LONE, clock, prefix, spec}, with its window's record as the
+// only key, where spec is "<grace> <cost> <kind> <limit> <window>" in
+// decimal; a joint step's batches, which the script reads as batches,
+// never do.
+func (c *call) encode(b *engine.Batch, cfg *Config, compact bool) error {
 	c.clear()
 	if n := len(b.Commands); n == 0 || n > engine.MaxCommandsPerStep {
 		return fmt.Errorf("%w: %d commands in a batch (want 1…%d)", engine.ErrInvalid, n, engine.MaxCommandsPerStep)
@@ -144,6 +156,20 @@ func (c *call) encode(b *engine.Batch, cfg *Config) error {
 	}
 	c.buf = append(c.buf[:base], "k:"...)
 	c.plen = len(c.buf)
+	if compact && isLone(b) {
+		cmd := &b.Commands[0]
+		if err := cmd.Validate(); err != nil {
+			return fmt.Errorf("command 0 (%s): %w", cmd.Op, err)
+		}
+		w := &cmd.Windows[0]
+		c.key(w.Key)
+		c.spec = strconv.AppendInt(c.spec[:0], grace, 10)
+		for _, v := range [...]int64{cmd.Cost, int64(w.Kind), w.Limit, w.WindowMs} {
+			c.spec = strconv.AppendInt(append(c.spec, ' '), v, 10)
+		}
+		c.args = append(c.args, loneFormat, now, c.prefix, c.spec)
+		return nil
+	}
 	// ARGV[3], the prefix, is set once the first record key is built.
 	c.args = append(c.args, scriptFormat, now, nil, hash, replayTTLArg, grace, len(b.Commands))
 	for i := range b.Commands {

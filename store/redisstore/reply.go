@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -72,17 +73,19 @@ func replyStatus(v any) ([]any, int64, error) {
 }
 
 // decodeLone decodes the compact reply of a lone hit of one window:
-// {0, allowed, remaining, resetAt, retryAfter, the window's remaining,
-// resetAt and retryAfter}.
+// {0, allowed, the window's remaining, resetAt and retryAfter}. The hit's
+// own figures are those a hit of one window derives from its window's, as
+// the script's cmdHit does: remaining at most algo.MaxLimit, resetAt and
+// retryAfter at least 0.
 func decodeLone(arr []any, out *engine.StepResult) error {
-	if len(arr) != 8 {
-		return replyError("%d elements for a lone hit, want 8", len(arr))
+	if len(arr) != 5 {
+		return replyError("%d elements for a lone hit, want 5", len(arr))
 	}
 	allowed, err := boolean(arr[1])
 	if err != nil {
 		return replyError("allowed: %v", err)
 	}
-	var f [6]int64
+	var f [3]int64
 	for i := range f {
 		var ok bool
 		if f[i], ok = arr[2+i].(int64); !ok {
@@ -91,8 +94,8 @@ func decodeLone(arr []any, out *engine.StepResult) error {
 	}
 	out.Denied = !allowed
 	r := nextResult(out)
-	r.Allowed, r.Remaining, r.ResetAt, r.RetryAfterMs = allowed, f[0], f[1], f[2]
-	r.Windows = append(r.Windows, engine.WindowResult{Allowed: allowed, Remaining: f[3], ResetAt: f[4], RetryAfterMs: f[5]})
+	r.Allowed, r.Remaining, r.ResetAt, r.RetryAfterMs = allowed, min(algo.MaxLimit, f[0]), max(0, f[1]), max(0, f[2])
+	r.Windows = append(r.Windows, engine.WindowResult{Allowed: allowed, Remaining: f[0], ResetAt: f[1], RetryAfterMs: f[2]})
 	return nil
 }
 

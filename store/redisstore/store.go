@@ -258,7 +258,7 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 		return engine.ErrClosed
 	}
 	c := s.calls.Get().(*call)
-	if err := c.encode(b, &s.cfg); err != nil {
+	if err := c.encode(b, &s.cfg, true); err != nil {
 		c.clear()
 		s.calls.Put(c)
 		return err

@@ -343,3 +343,86 @@ func TestBudgetRange(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneHitKeepsExpiry checks the physical expiry of a window's record
+// across lone hits: the first sets it to the record's expiry, and each
+// later hit in the same bucket, which leaves that expiry as it was and
+// keeps the key's (KEEPTTL), leaves the key expiring at the window's reset,
+// as a hit that set it again would.
+func TestLoneHitKeepsExpiry(t *testing.T) {
+	srv := redistest.Start(t)
+	raw := srv.Client(t)
+	cfg := freshConfig(nil)
+	s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	var out engine.StepResult
+	for _, kind := range []algo.Kind{algo.KindFixed, algo.KindSliding} {
+		w := engine.Window{Key: "w" + strconv.Itoa(int(kind)), Kind: kind, Limit: 100, WindowMs: 3_600_000}
+		for i := range 3 {
+			if err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, w)); err != nil {
+				t.Fatal(err)
+			}
+			if r := out.Results[0]; !r.Allowed || r.Remaining != int64(99-i) {
+				t.Fatalf("%v hit %d: %+v", kind, i, r)
+			}
+			reset := out.Results[0].ResetAt
+			at, err := raw.Time(t.Context()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pttl, err := raw.PTTL(t.Context(), cfg.Prefix+":{p}:k:"+w.Key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The key expires at the window's reset (its record's expiry),
+			// give or take the milliseconds between the reads.
+			if expiry := at.UnixMilli() + pttl.Milliseconds(); pttl <= 0 || expiry < reset-1000 || expiry > reset+1000 {
+				t.Fatalf("%v hit %d: key expires in %v, at %d; the window resets at %d", kind, i, pttl, expiry, reset)
+			}
+		}
+	}
+}
+
+// TestArgumentMemo runs more distinct limits than the batch code memoises
+// arguments for (1024), as lone hits and as batches of two hits, then the
+// first ones again: every result is the one its own limit gives, whether
+// its arguments were memoised, new, or met again after the memo was
+// emptied.
+func TestArgumentMemo(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	var out engine.StepResult
+	win := func(k string, limit int64) engine.Window {
+		return engine.Window{Key: k, Kind: algo.KindFixed, Limit: limit, WindowMs: 3_600_000}
+	}
+	const n = 1100
+	for round := range 2 {
+		for i := range n {
+			if round == 1 && i == 20 {
+				break
+			}
+			id := strconv.Itoa(i)
+			if err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win("one"+id, int64(1000+i)))); err != nil {
+				t.Fatal(err)
+			}
+			if r := out.Results[0]; !r.Allowed || r.Remaining != int64(999+i-round) {
+				t.Fatalf("round %d, lone hit %d: %+v", round, i, r)
+			}
+			if err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win("a"+id, int64(5000+i))), engine.Hit(2, win("b"+id, int64(7000+i)))); err != nil {
+				t.Fatal(err)
+			}
+			if a, b := out.Results[0], out.Results[1]; !a.Allowed || a.Remaining != int64(4999+i-round) || !b.Allowed || b.Remaining != int64(6998+i-2*round) {
+				t.Fatalf("round %d, batch %d: %+v, %+v", round, i, a, b)
+			}
+		}
+	}
+}

@@ -44,20 +44,26 @@ local function decode(key, v)
 	return rec
 end
 
+-- load reads the record stored at key, live or not, or false when there
+-- is none. A key of another Redis type fails the command; any other
+-- refusal of the GET (the ACL's, say) is Redis's error, which the batch
+-- answers as it is.
+local function load(key)
+	local v = redis.pcall('GET', key)
+	if type(v) == 'table' and v.err then
+		if not string.find(v.err, '^%-?WRONGTYPE') then
+			error({redis = v.err}, 0)
+		end
+		fail(WRONG_TYPE, 'key ' .. name(key) .. ' holds a Redis value that is not a Sluice record')
+	end
+	return v and decode(key, v) or false
+end
+
 -- get returns the live record at key as the batch sees it so far, or nil.
--- A key of another Redis type fails the command; any other refusal of the
--- GET (the ACL's, say) is Redis's error, which the batch answers as it is.
 local function get(key)
 	local rec = cache[key]
 	if rec == nil then
-		local v = redis.pcall('GET', key)
-		if type(v) == 'table' and v.err then
-			if not string.find(v.err, '^%-?WRONGTYPE') then
-				error({redis = v.err}, 0)
-			end
-			fail(WRONG_TYPE, 'key ' .. name(key) .. ' holds a Redis value that is not a Sluice record')
-		end
-		rec = v and decode(key, v) or false
+		rec = load(key)
 		cache[key] = rec
 	end
 	if rec and (written[key] or rec[2] > now) then
@@ -148,12 +154,36 @@ local function arg()
 	return v
 end
 
+-- tonum is tonumber over the arguments' strings, memoised: a call's
+-- numbers are mostly the same few strings (key indexes, costs, kinds,
+-- limits, windows), and a table lookup costs a fraction of a conversion.
+-- The memo is emptied once it holds MEMO numbers, so that it stays small
+-- whatever the calls send. (The script form starts every call empty.)
+local MEMO = 1024
+local memo, memoN = {}, 0
+local function tonum(s)
+	local v = memo[s]
+	if v == nil then
+		v = tonumber(s)
+		if v ~= nil then
+			if memoN >= MEMO then
+				for k in pairs(memo) do
+					memo[k] = nil
+				end
+				memoN = 0
+			end
+			memo[s], memoN = v, memoN + 1
+		end
+	end
+	return v
+end
+
 local function num()
-	return tonumber(arg())
+	return tonum(arg())
 end
 
 local function key()
-	return KEYS_[tonumber(arg())]
+	return KEYS_[tonum(arg())]
 end
 
 -- keyAt returns the call's i-th key.
@@ -162,14 +192,17 @@ local function keyAt(i)
 end
 
 -- S is what the command families need of the batch.
-local S = {get = get, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber, isInt = isInt,
+local S = {get = get, load = load, put = put, del = del, fail = fail, wrongType = wrongType, need = need, isNumber = isNumber, isInt = isInt,
 	value = value, key = key, keyAt = keyAt, arg = arg, num = num, addWindow = addWindow, name = name}
 local values, counters, windows, budgets, gates, pace
+local hitOne -- a lone hit (see loneHit), built with windows
 
 -- run runs one command, building its family on first use.
 local function run(op, r)
 	if op == 'hit' then
-		windows = windows or buildWindows(S)
+		if not windows then
+			windows, hitOne = buildWindows(S)
+		end
 		windows(r)
 	elseif op == 'get' or op == 'set' or op == 'del' or op == 'ttl' or op == 'expire' then
 		values = values or buildValues(S)
@@ -211,7 +244,7 @@ local function evaluate()
 			return reply
 		end
 	end
-	local n = tonumber(ARGV_[7])
+	local n = tonum(ARGV_[7])
 	if n == 1 and hash == '' and ARGV_[8] == 'hit' and ARGV_[10] == '1' then
 		-- A lone hit of one window without a replay record: the compact
 		-- reply (see prelude.lua), from a result table kept for it.
@@ -224,7 +257,7 @@ local function evaluate()
 		current = 0
 		local d = ws[1]
 		denied = not r[ALLOWED]
-		return {0, r[ALLOWED] and 1 or 0, r[REMAINING], r[RESET_AT], r[RETRY], d.remaining, d.resetAt, d.retry}
+		return {0, r[ALLOWED] and 1 or 0, d.remaining, d.resetAt, d.retry}
 	end
 	local reply = {0, 0, 0}
 	for i = 1, n do
@@ -252,15 +285,20 @@ end
 -- entries, which it has set.
 local packedT, ttlsT = {}, {}
 
--- begin sets the call's clock from argv[2] and empties the tables of the
--- previous call, which nothing keeps past it.
-local function begin(argv)
-	if argv[2] == '' then
+-- clock sets the call's clock from c, the call's ARGV[2].
+local function clock(c)
+	if c == '' then
 		local t = redis.call('TIME')
 		now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
 	else
-		now = tonumber(argv[2])
+		now = tonumber(c)
 	end
+end
+
+-- begin sets the call's clock from argv[2] and empties the tables of the
+-- previous call, which nothing keeps past it.
+local function begin(argv)
+	clock(argv[2])
 	for k in pairs(cache) do
 		cache[k] = nil
 	end
@@ -272,24 +310,31 @@ local function begin(argv)
 	end
 end
 
+-- failed returns the reply to a batch whose evaluation raised err: the
+-- failure reply {code, command, message} of a command that failed, or an
+-- error reply.
+local function failed(err)
+	if type(err) == 'table' and err.sluice then
+		return {err.sluice, current, err.msg}
+	end
+	if type(err) == 'table' and err.redis then
+		return redis.error_reply(err.redis)
+	end
+	return redis.error_reply('ERR sluice batch script: ' .. tostring(err))
+end
+
 -- evaluateBatch evaluates the batch of keys and argv (argv[3] on, as
 -- batch() reads them) against the tables, which it adds to, and returns
 -- the reply, the failure reply {code, command, message}, or an error
 -- reply where Redis refused a read.
 local function evaluateBatch(keys, argv)
 	KEYS_, ARGV_ = keys, argv
-	prefix, hash, replayTTL, grace = argv[3], argv[4], tonumber(argv[5]), tonumber(argv[6])
+	prefix, hash, replayTTL, grace = argv[3], argv[4], tonum(argv[5]), tonum(argv[6])
 	mutated, denied = false, false
 	current, argi = 0, 8
 	local ok, reply = pcall(evaluate)
 	if not ok then
-		if type(reply) == 'table' and reply.sluice then
-			return {reply.sluice, current, reply.msg}
-		end
-		if type(reply) == 'table' and reply.redis then
-			return redis.error_reply(reply.redis)
-		end
-		return redis.error_reply('ERR sluice batch script: ' .. tostring(reply))
+		return failed(reply)
 	end
 	return reply
 end
@@ -359,14 +404,77 @@ local function joint(keys, argv)
 	return reply
 end
 
--- batch runs one batch, or a joint step (argv[1] JOINT): the entry point
--- of both forms (see prelude.lua).
+-- spec returns the numbers of a lone hit's spec, "<grace> <cost> <kind>
+-- <limit> <window>" (see prelude.lua), memoised as tonum's are: a store
+-- sends the same few specs (its limits) over and over, and one argument
+-- and one lookup cost Redis less than five of each. Every call reads
+-- the array it returns and none changes it.
+local specs, specsN = {}, 0
+local function spec(s)
+	local v = specs[s]
+	if v == nil then
+		local g, c, k, l, w = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+		v = {tonumber(g), tonumber(c), tonumber(k), tonumber(l), tonumber(w)}
+		if specsN >= MEMO then
+			for old in pairs(specs) do
+				specs[old] = nil
+			end
+			specsN = 0
+		end
+		specs[s], specsN = v, specsN + 1
+	end
+	return v
+end
+
+-- SET ... KEEPTTL exists from Redis 6.0 on; the script uses it where
+-- REDIS_VERSION_NUM, defined from 7.0 on, shows that it may (on 6.x the
+-- expiry is set every time, as Redis 5 needs).
+local KEEPTTL = redis.REDIS_VERSION_NUM ~= nil
+
+-- loneHit runs a lone hit (argv[1] LONE; see prelude.lua): one win.hit on one
+-- window without a replay record, the commonest batch, which needs none
+-- of a batch's tables. Its record is read, evaluated, and then, when the
+-- hit was admitted, written, as writeAll would write it; when its expiry
+-- is the stored record's, whose physical expiry was set to it by the
+-- write that stored it, the write keeps that expiry (KEEPTTL) rather than
+-- setting the same instant again. Under an overridden clock (grace not
+-- 0) the expiry is always set.
+local function loneHit(keys, argv)
+	clock(argv[2])
+	local sp = spec(argv[4])
+	prefix, grace = argv[3], sp[1]
+	if not windows then
+		windows, hitOne = buildWindows(S)
+	end
+	local k = keys[1]
+	current = 1
+	local ok, allowed, remaining, resetAt, retry, rec, keep = pcall(hitOne, k, sp[2], sp[3], sp[4], sp[5])
+	if not ok then
+		return failed(allowed)
+	end
+	current = 0
+	if rec then
+		if keep and grace == 0 and KEEPTTL then
+			redis.call('SET', k, cmsgpack.pack(rec), 'KEEPTTL')
+		else
+			redis.call('SET', k, cmsgpack.pack(rec), 'PX', string.format('%d', max(1, rec[2] - now) + grace))
+		end
+	end
+	return {0, allowed and 1 or 0, remaining, resetAt, retry}
+end
+
+-- batch runs one batch, a lone hit (argv[1] LONE) or a joint step (argv[1]
+-- JOINT): the entry point of both forms (see prelude.lua).
 local function batch(keys, argv)
-	if argv[1] == JOINT then
+	local format = argv[1]
+	if format == LONE then
+		return loneHit(keys, argv)
+	end
+	if format == JOINT then
 		return joint(keys, argv)
 	end
-	if argv[1] ~= FORMAT then
-		return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(argv[1])}
+	if format ~= FORMAT then
+		return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(format)}
 	end
 	begin(argv)
 	local reply = evaluateBatch(keys, argv)

@@ -67,6 +67,16 @@
 --   7  the number of commands, then each command: an op code and its
 --      fields, in the order keys.go writes them and the commands read them
 --
+-- A lone hit sent on its own (ARGV[1] LONE; see loneHit in batch.lua) has
+-- arguments of its own: KEYS[1] is its window's record, and ARGV is LONE,
+-- the clock, the prefix (as 2 and 3 above), then its spec, one argument
+-- "<grace> <cost> <kind> <limit> <window>" in decimal: the extra lifetime
+-- (as 6 above), the hit's cost and its window's kind, limit and window.
+-- None of a batch's fields that a lone hit leaves empty or fixed is sent,
+-- and the spec, the same few strings over and over, is parsed once and
+-- memoised: Redis parses each argument and hands it to Lua as a string on
+-- every call.
+--
 -- A joint step (ARGV[1] JOINT; see joint in batch.lua) carries several
 -- batches, each with its keys and its arguments as above, and answers
 -- {0, denied, each batch's reply...}: its writes are issued only when no
@@ -79,14 +89,17 @@
 -- when a command failed and nothing was written (codes below).
 --
 -- A lone hit, the commonest batch, has a compact reply: a batch of one
--- win.hit on one window without a replay record (ARGV[4] "") answers
--- {0, allowed, remaining, resetAt, retryAfter, window's remaining,
--- window's resetAt, window's retryAfter}. Its replayed is 0, its denied
--- is not allowed, its window's allowed is the hit's, and its other fields
--- are a hit's zeros; the Go side knows the shape from the batch it sent.
+-- win.hit on one window without a replay record (ARGV[4] "", or the LONE
+-- form) answers {0, allowed, window's remaining, window's resetAt,
+-- window's retryAfter}. Its replayed is 0, its denied is not allowed, its
+-- window's allowed is the hit's, its remaining, resetAt and retryAfter
+-- are the window's as a hit of one window sets them (min(MAX_LIMIT, ·),
+-- max(0, ·), max(0, ·)), and its other fields are a hit's zeros; the Go
+-- side knows the shape from the batch it sent and fills them in.
 
 local FORMAT = '1'
 local JOINT = 'joint 1' -- ARGV[1] of a joint step (see joint in batch.lua)
+local LONE = 'hit 1' -- ARGV[1] of a lone hit sent on its own (see loneHit in batch.lua)
 
 -- Failure codes of the reply; the Go side maps them to engine sentinels.
 local WRONG_TYPE, OVERFLOW, CONFLICT, CORRUPT, INVALID = 1, 2, 3, 4, 5

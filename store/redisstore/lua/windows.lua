@@ -5,10 +5,13 @@
 -- returns it, so that a hit builds no table to decode or encode it. Its
 -- fields are s[3], s[4], ...: start, count (fixed); start, count, prev
 -- (sliding); log, a flat array {at1, n1, at2, n2, ...} (log); tat, frac
--- (gcra). A hit returns a new record, whose expiry cmdHit sets.
+-- (gcra). A hit returns the new record, whose expiry cmdHit sets, and its
+-- decision as four values: allowed, remaining, resetAt, retry (so that a
+-- lone hit builds no table for it).
 
 local function buildWindows(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
+	local load = S.load
 	-- Window kinds: algo.Kind, and the record kind each is stored as.
 	local K_FIXED, K_SLIDING, K_LOG, K_GCRA = 1, 2, 3, 4
 	local WINDOW_RECORD = {FIXED, SLIDING, LOG, GCRA}
@@ -103,10 +106,10 @@ local function buildWindows(S)
 		end
 		local e = start + l.window
 		if count + cost > l.limit then
-			return s, {allowed = false, remaining = max(0, l.limit - count), resetAt = e, retry = e - t}
+			return s, false, max(0, l.limit - count), e, e - t
 		end
 		count = count + cost
-		return {FIXED, 0, start, count}, {allowed = true, remaining = l.limit - count, resetAt = e, retry = 0}
+		return {FIXED, 0, start, count}, true, l.limit - count, e, 0
 	end
 
 	-- slidingEstimate is prev·(W−elapsed)/W + cur, rounded as in Go.
@@ -186,12 +189,11 @@ local function buildWindows(S)
 			if cur > 0 then
 				resetAt = resetAt + l.window
 			end
-			return s, {allowed = false, remaining = remainingFloat(l.limit, est), resetAt = resetAt,
-				retry = slidingRetry(l, start, cur, prev, t, cost) - t}
+			return s, false, remainingFloat(l.limit, est), resetAt, slidingRetry(l, start, cur, prev, t, cost) - t
 		end
 		cur = cur + cost
 		est = est + cost
-		return {SLIDING, 0, start, cur, prev}, {allowed = true, remaining = remainingFloat(l.limit, est), resetAt = start + 2 * l.window, retry = 0}
+		return {SLIDING, 0, start, cur, prev}, true, remainingFloat(l.limit, est), start + 2 * l.window, 0
 	end
 
 	local function hitLog(l, s, t, cost)
@@ -210,16 +212,16 @@ local function buildWindows(S)
 			used = used + e[2 * i]
 		end
 		if used + cost > l.limit then
-			local d = {allowed = false, remaining = max(0, l.limit - used), resetAt = e[2 * n - 1] + l.window, retry = 0}
+			local retry = 0
 			local want = used + cost - l.limit
 			for i = first, n do
 				want = want - e[2 * i]
 				if want <= 0 then
-					d.retry = e[2 * i - 1] + l.window - t
+					retry = e[2 * i - 1] + l.window - t
 					break
 				end
 			end
-			return s, d
+			return s, false, max(0, l.limit - used), e[2 * n - 1] + l.window, retry
 		end
 		local nx = {}
 		for i = first, n do
@@ -232,7 +234,7 @@ local function buildWindows(S)
 		else
 			nx[m + 1], nx[m + 2] = t, cost
 		end
-		return {LOG, 0, nx}, {allowed = true, remaining = l.limit - used - cost, resetAt = t + l.window, retry = 0}
+		return {LOG, 0, nx}, true, l.limit - used - cost, t + l.window, 0
 	end
 
 	-- GCRA keeps TAT as whole ms plus frac/limit ms (see algo/window.go).
@@ -280,10 +282,9 @@ local function buildWindows(S)
 		end
 		local over = nx - t - l.window
 		if over > 0 or (over == 0 and nxFrac > 0) then
-			return s, {allowed = false, remaining = gcraRemaining(l, tat, frac, t), resetAt = gcraCeil(tat, frac),
-				retry = gcraCeil(over, nxFrac)}
+			return s, false, gcraRemaining(l, tat, frac, t), gcraCeil(tat, frac), gcraCeil(over, nxFrac)
 		end
-		return {GCRA, 0, nx, nxFrac}, {allowed = true, remaining = gcraRemaining(l, nx, nxFrac, t), resetAt = gcraCeil(nx, nxFrac), retry = 0}
+		return {GCRA, 0, nx, nxFrac}, true, gcraRemaining(l, nx, nxFrac, t), gcraCeil(nx, nxFrac), 0
 	end
 
 	local HIT = {hitFixed, hitSliding, hitLog, hitGCRA}
@@ -380,7 +381,8 @@ local function buildWindows(S)
 				st = checkWindow(k, l.kind, rec)
 			end
 			cur[i] = st
-			nxt[i], ws[i] = HIT[l.kind](l, st, now, cost)
+			local s2, allowed, remaining, resetAt, retry = HIT[l.kind](l, st, now, cost)
+			nxt[i], ws[i] = s2, {allowed = allowed, remaining = remaining, resetAt = resetAt, retry = retry}
 		end
 		local allowed, retry = true, 0
 		for i = 1, n do
@@ -411,5 +413,33 @@ local function buildWindows(S)
 		end
 	end
 
-	return cmdHit
+	-- hitOne is a lone hit: one window, read without the batch's table of
+	-- records (the batch has no other command), the same transition as
+	-- cmdHit's for one window. It returns the decision (allowed,
+	-- remaining, resetAt, retry), then, when the hit was admitted, the new
+	-- record with its expiry set and whether that expiry is the stored
+	-- record's. It writes nothing.
+	local one = {} -- the lone hit's limit, refilled by every call
+	local function hitOne(k, cost, kind, limit, window)
+		one.kind, one.limit, one.window = kind, limit, window
+		local rk = WINDOW_RECORD[kind]
+		local st = EMPTY[kind]
+		local rec = load(k)
+		if rec and rec[2] > now then
+			if rec[1] ~= rk then
+				wrongType(k, rec[1], rk)
+			end
+			st = checkWindow(k, kind, rec)
+		else
+			rec = nil
+		end
+		local nx, allowed, remaining, resetAt, retry = HIT[kind](one, st, now, cost)
+		if not allowed then
+			return false, remaining, resetAt, retry
+		end
+		nx[2] = now + max(1, windowTTL(one, nx, now))
+		return true, remaining, resetAt, retry, nx, rec ~= nil and nx[2] == rec[2]
+	end
+
+	return cmdHit, hitOne
 end
