@@ -28,7 +28,10 @@ path for every method; "/device/*" selects "/device" and everything under
 it, and never "/devices". A request is matched by its decoded URL.Path,
 and by that path as net/http's ServeMux cleans it, the path a router that
 cleans paths routes it by: "//login", "/x/../login" and "/login/." count
-as "/login", and the empty path as "/". A trailing slash stays
+as "/login", and the empty path as "/". A request sent with escapes is
+matched by its escaped path (URL.RawPath) cleaned, then decoded, too, the
+path chi's CleanPath (and gin's RemoveExtraSlash with UseRawPath) routes
+it by: "/a%2Fb/../login" counts as "/login". A trailing slash stays
 significant: "/login/" is another path. A request to any other path
 passes straight through and costs no store I/O. All selected paths share
 one quota per client: protect two routes with separate quotas by
