@@ -196,6 +196,20 @@ func checkPolicyName(name string) error {
 	return nil
 }
 
+// apply runs cmds on the policies' partition. A store answering with
+// fewer or more results than commands, and no error, is corrupt: its
+// answer is never read, as a stage never reads such an answer to its own
+// check.
+func (p *Policies) apply(ctx context.Context, partition string, out *engine.StepResult, cmds ...engine.Command) error {
+	if err := p.eng.Apply(ctx, partition, out, cmds...); err != nil {
+		return err
+	}
+	if len(out.Results) != len(cmds) {
+		return fmt.Errorf("%w: httplimit: %d results for %d commands", engine.ErrCorrupt, len(out.Results), len(cmds))
+	}
+	return nil
+}
+
 func policyKey(name string) string { return PolicyKeyPrefix + name }
 
 // indexKey returns the key of the index shard holding name.
@@ -290,7 +304,7 @@ func (p *Policies) Set(ctx context.Context, name string, q Quota) error {
 	}
 	// The policy and its index entry are written in one atomic batch.
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out,
+	if err := p.apply(ctx, PolicyPartition, &out,
 		engine.Set(policyKey(name), v, engine.MaxTTLMs),
 		index,
 	); err != nil {
@@ -305,7 +319,7 @@ func (p *Policies) Set(ctx context.Context, name string, q Quota) error {
 func (p *Policies) index(ctx context.Context, name string, edit func([]string) []string) (engine.Command, error) {
 	key := indexKey(name)
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Get(key)); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, engine.Get(key)); err != nil {
 		return engine.Command{}, fmt.Errorf("policy %q: reading the index: %w", name, err)
 	}
 	names := edit(splitNames(out.Results[0].Value))
@@ -333,7 +347,7 @@ func (p *Policies) Get(ctx context.Context, name string) (Quota, error) {
 		return Quota{}, err
 	}
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Get(policyKey(name))); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, engine.Get(policyKey(name))); err != nil {
 		return Quota{}, fmt.Errorf("policy %q: %w", name, err)
 	}
 	if !out.Results[0].Found {
@@ -358,7 +372,7 @@ func (p *Policies) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Del(policyKey(name)), index); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, engine.Del(policyKey(name)), index); err != nil {
 		return fmt.Errorf("policy %q: %w", name, err)
 	}
 	p.learned(name, &policyState{err: noPolicy(name), expires: p.clock.Now().Add(p.refresh)})
@@ -372,7 +386,7 @@ func (p *Policies) List(ctx context.Context) ([]string, error) {
 		cmds[i] = engine.Get(indexShardKey(i))
 	}
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, cmds...); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, cmds...); err != nil {
 		return nil, fmt.Errorf("listing policies: %w", err)
 	}
 	var names []string
@@ -523,7 +537,7 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 func (p *Policies) read(ctx context.Context, e *policyEntry, now time.Time) *policyState {
 	key := policyKey(e.name)
 	var out engine.StepResult
-	err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Get(key), engine.TTL(key))
+	err := p.apply(ctx, PolicyPartition, &out, engine.Get(key), engine.TTL(key))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil
@@ -567,7 +581,7 @@ func (p *Policies) extend(ctx context.Context, e *policyEntry, ttlMs int64, now 
 	// The renewal serves every request, not only the one that found it
 	// due: it runs to its end whatever becomes of that request.
 	var out engine.StepResult
-	if err := p.eng.Apply(context.WithoutCancel(ctx), PolicyPartition, &out,
+	if err := p.apply(context.WithoutCancel(ctx), PolicyPartition, &out,
 		engine.Expire(policyKey(e.name), engine.MaxTTLMs),
 		engine.Expire(indexKey(e.name), engine.MaxTTLMs),
 	); err != nil {

@@ -636,3 +636,58 @@ func TestPolicyWindowChangeCountsAfresh(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 4", ran.Load())
 	}
 }
+
+// shortStore answers the reads of the policies' partition with fewer
+// results than commands, and no error, as a faulty store might.
+type shortStore struct{ engine.Store }
+
+func (s shortStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if err := s.Store.Apply(ctx, b, out); err != nil || b.Partition != httplimit.PolicyPartition {
+		return err
+	}
+	out.Results = out.Results[:len(out.Results)-1]
+	return nil
+}
+
+// A store that answers a policy's read with fewer results than it was
+// asked for is corrupt, as it is to a stage's own check: the request is
+// refused through OnError with ErrCorrupt, and nothing panics.
+func TestPolicyShortAnswerIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	if err := newPolicies(t, mem, clock, time.Second).Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	short := shortStore{mem}
+	pols := newPolicies(t, short, clock, time.Second)
+	h, ran, errs := policyStage(t, short, pols, "login")
+	var got []int
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("a short answer panicked: %v", p)
+			}
+		}()
+		got = codes(h, 1)
+	}()
+	if !slices.Equal(got, statuses(503)) || ran.Load() != 0 || !errors.Is((*errs)[0], engine.ErrCorrupt) {
+		t.Fatalf("short answer: %v, handler ran %d times, errors %v; want 503, none, ErrCorrupt", got, ran.Load(), *errs)
+	}
+	for name, call := range map[string]func() error{
+		"Get":    func() error { _, err := pols.Get(ctx, "login"); return err },
+		"List":   func() error { _, err := pols.List(ctx); return err },
+		"Set":    func() error { return pols.Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}) },
+		"Delete": func() error { return pols.Delete(ctx, "login") },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s on a short answer panicked: %v", name, p)
+				}
+			}()
+			if err := call(); !errors.Is(err, engine.ErrCorrupt) {
+				t.Errorf("%s on a short answer: %v, want ErrCorrupt", name, err)
+			}
+		}()
+	}
+}
