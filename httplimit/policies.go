@@ -512,7 +512,21 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 		written := e.written
 		e.mu.Unlock()
 
-		f.st = p.read(ctx, e, now)
+		p.readFlight(ctx, e, f, now, written)
+		if f.st == nil {
+			return nil, ctx.Err()
+		}
+		return f.st.c, f.st.err
+	}
+}
+
+// readFlight makes the read f of e's policy at now and publishes its
+// answer. The read ends whatever happens to it: if it panics (a faulty
+// store), f is left without an answer, like the read of a request whose
+// context ended, so that the requests waiting for it read again instead
+// of waiting for ever.
+func (p *Policies) readFlight(ctx context.Context, e *policyEntry, f *policyRead, now time.Time, written uint64) {
+	defer func() {
 		e.mu.Lock()
 		switch {
 		case f.st != nil && e.written != written:
@@ -524,11 +538,8 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 		e.flight = nil
 		e.mu.Unlock()
 		close(f.done)
-		if f.st == nil {
-			return nil, ctx.Err()
-		}
-		return f.st.c, f.st.err
-	}
+	}()
+	f.st = p.read(ctx, e, now)
 }
 
 // read reads the policy of e from the store at now. It returns nil if ctx

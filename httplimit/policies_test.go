@@ -691,3 +691,64 @@ func TestPolicyShortAnswerIsCorrupt(t *testing.T) {
 		}()
 	}
 }
+
+// panicStore panics on the first read of a policy, as a store with a bug
+// might, and answers every other batch.
+type panicStore struct {
+	engine.Store
+	reads atomic.Int64
+}
+
+func (s *panicStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if b.Partition == httplimit.PolicyPartition && b.Commands[0].Op == engine.OpGet && s.reads.Add(1) == 1 {
+		panic("store bug")
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+// A read of a policy that panics fails the request that made it, as a
+// cancelled one does, and no other: the next request reads the policy
+// again rather than waiting for ever for the read that never ended.
+func TestPolicyReadPanicHandsTheReadOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, clock := newMem(t, 100)
+		if err := newPolicies(t, mem, clock, time.Second).Set(context.Background(), "login", httplimit.Quota{Limit: 100, Window: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		store := &panicStore{Store: mem}
+		pols := newPolicies(t, store, clock, 10*time.Second)
+		h, ran, _ := policyStage(t, store, pols, "login")
+
+		panicked := func() (p any) {
+			defer func() { p = recover() }()
+			serve(h, http.MethodPost, "/login", "203.0.113.9:1")
+			return nil
+		}()
+		if panicked == nil {
+			t.Fatal("the first read did not panic")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan struct{})
+		var code int
+		go func() {
+			defer close(done)
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/login", nil)
+			req.RemoteAddr = "203.0.113.9:1"
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			code = rec.Code
+		}()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			cancel()
+			<-done
+			t.Fatal("after a read that panicked, the next request waited for it until its context ended")
+		}
+		if code != http.StatusOK || ran.Load() != 1 || store.reads.Load() != 2 {
+			t.Fatalf("next request %d, handler ran %d times, %d reads; want 200, 1, 2", code, ran.Load(), store.reads.Load())
+		}
+	})
+}
