@@ -39,7 +39,9 @@ installing two stages.
 
 Routes are full request paths, wherever the stage is installed: in a
 sub-router, route group or mount ("/api"), list "/api/login", not the
-pattern relative to it. A stage attached to one route only (chi's With, a
+pattern relative to it. net/http's StripPrefix is the exception: it
+rewrites URL.Path, so a stage it wraps sees, and must list, the path it
+leaves ("/login" inside StripPrefix("/api", ...)). A stage attached to one route only (chi's With, a
 route's own middleware in echo or gin) is best given "/*": it then counts
 whatever the router serves through that route, "/login/" that chi's
 StripSlashes routes there included.
