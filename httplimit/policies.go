@@ -255,6 +255,11 @@ func decodePolicy(name, v string) (Quota, error) {
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		return Quota{}, fmt.Errorf("%w: policy %q: stored value: %w", engine.ErrCorrupt, name, err)
 	}
+	// Checked before the conversion, which would wrap a longer window
+	// around into a valid one.
+	if s.WindowMs < 1 || s.WindowMs > algo.MaxWindow {
+		return Quota{}, fmt.Errorf("%w: policy %q: stored value: windowMs %d outside 1…%d", engine.ErrCorrupt, name, s.WindowMs, algo.MaxWindow)
+	}
 	q := withName(Quota{Name: s.Name, Limit: s.Limit, Window: time.Duration(s.WindowMs) * time.Millisecond, Kind: s.Kind}, name)
 	if err := q.Validate(); err != nil {
 		return Quota{}, fmt.Errorf("%w: policy %q: stored value: %w", engine.ErrCorrupt, name, err)

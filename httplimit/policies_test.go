@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -751,4 +752,25 @@ func TestPolicyReadPanicHandsTheReadOn(t *testing.T) {
 			t.Fatalf("next request %d, handler ran %d times, %d reads; want 200, 1, 2", code, ran.Load(), store.reads.Load())
 		}
 	})
+}
+
+// A stored window so long that it overflows a time.Duration is corrupt,
+// rather than read as whatever the overflow leaves: 2^58 ms plus a minute
+// is not a minute.
+func TestPolicyOverflowingWindowIsCorrupt(t *testing.T) {
+	mem, clock := newMem(t, 100)
+	var out engine.StepResult
+	err := engine.New(mem).Apply(context.Background(), httplimit.PolicyPartition, &out,
+		engine.Set(httplimit.PolicyKeyPrefix+"login", fmt.Sprintf(`{"limit":10,"windowMs":%d,"kind":"fixed"}`, int64(1)<<58+60_000), engine.MaxTTLMs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols := newPolicies(t, mem, clock, time.Second)
+	if q, err := pols.Get(context.Background(), "login"); !errors.Is(err, engine.ErrCorrupt) {
+		t.Fatalf("Get: %+v, %v; want ErrCorrupt", q, err)
+	}
+	h, ran, errs := policyStage(t, mem, pols, "login")
+	if got := codes(h, 1); !slices.Equal(got, statuses(503)) || ran.Load() != 0 || !errors.Is((*errs)[0], engine.ErrCorrupt) {
+		t.Fatalf("overflowing window: %v, handler ran %d times, errors %v; want 503, none, ErrCorrupt", got, ran.Load(), *errs)
+	}
 }
