@@ -51,7 +51,10 @@ type Config struct {
 	// cleans it (repeated slashes and dot segments resolved, a final slash
 	// kept, the empty path read as "/"), since a router that cleans paths
 	// routes the one as the other: "/login" also selects "//login" and
-	// "/x/../login". A trailing slash stays significant: list each
+	// "/x/../login". A request sent with escapes is compared with its
+	// escaped path (URL.RawPath) cleaned, then decoded, too, as chi's
+	// CleanPath routes it: "/login" also selects "/a%2Fb/../login".
+	// A trailing slash stays significant: list each
 	// spelling your router also routes to the handler ("/login/", say).
 	// All selected routes share one quota per client.
 	Routes []string

@@ -28,7 +28,10 @@ path for every method; "/device/*" selects "/device" and everything under
 it, and never "/devices". A request is matched by its decoded URL.Path,
 and by that path as net/http's ServeMux cleans it, the path a router that
 cleans paths routes it by: "//login", "/x/../login" and "/login/." count
-as "/login", and the empty path as "/". A trailing slash stays
+as "/login", and the empty path as "/". A request sent with escapes is
+matched by its escaped path (URL.RawPath) cleaned, then decoded, too, the
+path chi's CleanPath (and gin's RemoveExtraSlash with UseRawPath) routes
+it by: "/a%2Fb/../login" counts as "/login". A trailing slash stays
 significant: "/login/" is another path. A request to any other path
 passes straight through and costs no store I/O. All selected paths share
 one quota per client: protect two routes with separate quotas by
@@ -36,7 +39,9 @@ installing two stages.
 
 Routes are full request paths, wherever the stage is installed: in a
 sub-router, route group or mount ("/api"), list "/api/login", not the
-pattern relative to it. A stage attached to one route only (chi's With, a
+pattern relative to it. net/http's StripPrefix is the exception: it
+rewrites URL.Path, so a stage it wraps sees, and must list, the path it
+leaves ("/login" inside StripPrefix("/api", ...)). A stage attached to one route only (chi's With, a
 route's own middleware in echo or gin) is best given "/*": it then counts
 whatever the router serves through that route, "/login/" that chi's
 StripSlashes routes there included.

@@ -172,7 +172,10 @@ func TestUncleanPathsAreSelected(t *testing.T) {
 
 // Behind chi's CleanPath, which routes by the cleaned path and leaves
 // URL.Path as sent, and for the empty path, which chi routes as "/" of
-// itself, the protected handlers never run past the quota.
+// itself, the protected handlers never run past the quota. chi routes by
+// the escaped path when there is one (URL.RawPath), and CleanPath cleans
+// that: "/a%2Fb/../device/start" reaches the handler of "/device/start",
+// though its decoded path cleans to "/a/device/start".
 func TestCleaningRouterCannotBypassTheQuota(t *testing.T) {
 	for _, c := range []struct {
 		name    string
@@ -182,6 +185,7 @@ func TestCleaningRouterCannotBypassTheQuota(t *testing.T) {
 		targets []string
 	}{
 		{"CleanPath", true, http.MethodPost, "/device/start", []string{"/device/start", "/device//start", "/device/./start", "/x/../device/start", "//device/start"}},
+		{"CleanPath escaped slash", true, http.MethodPost, "/device/start", []string{"/device/start", "/a%2Fb/../device/start", "/a%2fb/c%2Fd/../../device/start", "/a%2Fb/../device/start"}},
 		{"root", false, http.MethodGet, "/", []string{"http://example.com/", "http://example.com", "http://example.com", "http://example.com"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

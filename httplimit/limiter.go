@@ -117,7 +117,7 @@ func New(cfg Config) (*Limiter, error) {
 // net/http, chi (Use, With), and echo through echo.WrapMiddleware.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !l.routes.selects(r.URL.Path) {
+		if !l.routes.selectsURL(r.URL) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -196,6 +196,20 @@ func checkPolicyName(name string) error {
 	return nil
 }
 
+// apply runs cmds on the policies' partition. A store answering with
+// fewer or more results than commands, and no error, is corrupt: its
+// answer is never read, as a stage never reads such an answer to its own
+// check.
+func (p *Policies) apply(ctx context.Context, partition string, out *engine.StepResult, cmds ...engine.Command) error {
+	if err := p.eng.Apply(ctx, partition, out, cmds...); err != nil {
+		return err
+	}
+	if len(out.Results) != len(cmds) {
+		return fmt.Errorf("%w: httplimit: %d results for %d commands", engine.ErrCorrupt, len(out.Results), len(cmds))
+	}
+	return nil
+}
+
 func policyKey(name string) string { return PolicyKeyPrefix + name }
 
 // indexKey returns the key of the index shard holding name.
@@ -240,6 +254,11 @@ func decodePolicy(name, v string) (Quota, error) {
 	var s storedQuota
 	if err := json.Unmarshal([]byte(v), &s); err != nil {
 		return Quota{}, fmt.Errorf("%w: policy %q: stored value: %w", engine.ErrCorrupt, name, err)
+	}
+	// Checked before the conversion, which would wrap a longer window
+	// around into a valid one.
+	if s.WindowMs < 1 || s.WindowMs > algo.MaxWindow {
+		return Quota{}, fmt.Errorf("%w: policy %q: stored value: windowMs %d outside 1…%d", engine.ErrCorrupt, name, s.WindowMs, algo.MaxWindow)
 	}
 	q := withName(Quota{Name: s.Name, Limit: s.Limit, Window: time.Duration(s.WindowMs) * time.Millisecond, Kind: s.Kind}, name)
 	if err := q.Validate(); err != nil {
@@ -290,7 +309,7 @@ func (p *Policies) Set(ctx context.Context, name string, q Quota) error {
 	}
 	// The policy and its index entry are written in one atomic batch.
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out,
+	if err := p.apply(ctx, PolicyPartition, &out,
 		engine.Set(policyKey(name), v, engine.MaxTTLMs),
 		index,
 	); err != nil {
@@ -305,7 +324,7 @@ func (p *Policies) Set(ctx context.Context, name string, q Quota) error {
 func (p *Policies) index(ctx context.Context, name string, edit func([]string) []string) (engine.Command, error) {
 	key := indexKey(name)
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Get(key)); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, engine.Get(key)); err != nil {
 		return engine.Command{}, fmt.Errorf("policy %q: reading the index: %w", name, err)
 	}
 	names := edit(splitNames(out.Results[0].Value))
@@ -333,7 +352,7 @@ func (p *Policies) Get(ctx context.Context, name string) (Quota, error) {
 		return Quota{}, err
 	}
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Get(policyKey(name))); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, engine.Get(policyKey(name))); err != nil {
 		return Quota{}, fmt.Errorf("policy %q: %w", name, err)
 	}
 	if !out.Results[0].Found {
@@ -358,7 +377,7 @@ func (p *Policies) Delete(ctx context.Context, name string) error {
 		return err
 	}
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Del(policyKey(name)), index); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, engine.Del(policyKey(name)), index); err != nil {
 		return fmt.Errorf("policy %q: %w", name, err)
 	}
 	p.learned(name, &policyState{err: noPolicy(name), expires: p.clock.Now().Add(p.refresh)})
@@ -372,7 +391,7 @@ func (p *Policies) List(ctx context.Context) ([]string, error) {
 		cmds[i] = engine.Get(indexShardKey(i))
 	}
 	var out engine.StepResult
-	if err := p.eng.Apply(ctx, PolicyPartition, &out, cmds...); err != nil {
+	if err := p.apply(ctx, PolicyPartition, &out, cmds...); err != nil {
 		return nil, fmt.Errorf("listing policies: %w", err)
 	}
 	var names []string
@@ -498,7 +517,21 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 		written := e.written
 		e.mu.Unlock()
 
-		f.st = p.read(ctx, e, now)
+		p.readFlight(ctx, e, f, now, written)
+		if f.st == nil {
+			return nil, ctx.Err()
+		}
+		return f.st.c, f.st.err
+	}
+}
+
+// readFlight makes the read f of e's policy at now and publishes its
+// answer. The read ends whatever happens to it: if it panics (a faulty
+// store), f is left without an answer, like the read of a request whose
+// context ended, so that the requests waiting for it read again instead
+// of waiting for ever.
+func (p *Policies) readFlight(ctx context.Context, e *policyEntry, f *policyRead, now time.Time, written uint64) {
+	defer func() {
 		e.mu.Lock()
 		switch {
 		case f.st != nil && e.written != written:
@@ -510,11 +543,8 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 		e.flight = nil
 		e.mu.Unlock()
 		close(f.done)
-		if f.st == nil {
-			return nil, ctx.Err()
-		}
-		return f.st.c, f.st.err
-	}
+	}()
+	f.st = p.read(ctx, e, now)
 }
 
 // read reads the policy of e from the store at now. It returns nil if ctx
@@ -523,7 +553,7 @@ func (p *Policies) current(ctx context.Context, e *policyEntry) (*compiled, erro
 func (p *Policies) read(ctx context.Context, e *policyEntry, now time.Time) *policyState {
 	key := policyKey(e.name)
 	var out engine.StepResult
-	err := p.eng.Apply(ctx, PolicyPartition, &out, engine.Get(key), engine.TTL(key))
+	err := p.apply(ctx, PolicyPartition, &out, engine.Get(key), engine.TTL(key))
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return nil
@@ -567,7 +597,7 @@ func (p *Policies) extend(ctx context.Context, e *policyEntry, ttlMs int64, now 
 	// The renewal serves every request, not only the one that found it
 	// due: it runs to its end whatever becomes of that request.
 	var out engine.StepResult
-	if err := p.eng.Apply(context.WithoutCancel(ctx), PolicyPartition, &out,
+	if err := p.apply(context.WithoutCancel(ctx), PolicyPartition, &out,
 		engine.Expire(policyKey(e.name), engine.MaxTTLMs),
 		engine.Expire(indexKey(e.name), engine.MaxTTLMs),
 	); err != nil {

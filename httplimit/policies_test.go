@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -634,5 +635,142 @@ func TestPolicyWindowChangeCountsAfresh(t *testing.T) {
 	}
 	if ran.Load() != 4 {
 		t.Fatalf("handler ran %d times, want 4", ran.Load())
+	}
+}
+
+// shortStore answers the reads of the policies' partition with fewer
+// results than commands, and no error, as a faulty store might.
+type shortStore struct{ engine.Store }
+
+func (s shortStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if err := s.Store.Apply(ctx, b, out); err != nil || b.Partition != httplimit.PolicyPartition {
+		return err
+	}
+	out.Results = out.Results[:len(out.Results)-1]
+	return nil
+}
+
+// A store that answers a policy's read with fewer results than it was
+// asked for is corrupt, as it is to a stage's own check: the request is
+// refused through OnError with ErrCorrupt, and nothing panics.
+func TestPolicyShortAnswerIsCorrupt(t *testing.T) {
+	ctx := context.Background()
+	mem, clock := newMem(t, 100)
+	if err := newPolicies(t, mem, clock, time.Second).Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	short := shortStore{mem}
+	pols := newPolicies(t, short, clock, time.Second)
+	h, ran, errs := policyStage(t, short, pols, "login")
+	var got []int
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Fatalf("a short answer panicked: %v", p)
+			}
+		}()
+		got = codes(h, 1)
+	}()
+	if !slices.Equal(got, statuses(503)) || ran.Load() != 0 || !errors.Is((*errs)[0], engine.ErrCorrupt) {
+		t.Fatalf("short answer: %v, handler ran %d times, errors %v; want 503, none, ErrCorrupt", got, ran.Load(), *errs)
+	}
+	for name, call := range map[string]func() error{
+		"Get":    func() error { _, err := pols.Get(ctx, "login"); return err },
+		"List":   func() error { _, err := pols.List(ctx); return err },
+		"Set":    func() error { return pols.Set(ctx, "login", httplimit.Quota{Limit: 5, Window: time.Minute}) },
+		"Delete": func() error { return pols.Delete(ctx, "login") },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s on a short answer panicked: %v", name, p)
+				}
+			}()
+			if err := call(); !errors.Is(err, engine.ErrCorrupt) {
+				t.Errorf("%s on a short answer: %v, want ErrCorrupt", name, err)
+			}
+		}()
+	}
+}
+
+// panicStore panics on the first read of a policy, as a store with a bug
+// might, and answers every other batch.
+type panicStore struct {
+	engine.Store
+	reads atomic.Int64
+}
+
+func (s *panicStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if b.Partition == httplimit.PolicyPartition && b.Commands[0].Op == engine.OpGet && s.reads.Add(1) == 1 {
+		panic("store bug")
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+// A read of a policy that panics fails the request that made it, as a
+// cancelled one does, and no other: the next request reads the policy
+// again rather than waiting for ever for the read that never ended.
+func TestPolicyReadPanicHandsTheReadOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem, clock := newMem(t, 100)
+		if err := newPolicies(t, mem, clock, time.Second).Set(context.Background(), "login", httplimit.Quota{Limit: 100, Window: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		store := &panicStore{Store: mem}
+		pols := newPolicies(t, store, clock, 10*time.Second)
+		h, ran, _ := policyStage(t, store, pols, "login")
+
+		panicked := func() (p any) {
+			defer func() { p = recover() }()
+			serve(h, http.MethodPost, "/login", "203.0.113.9:1")
+			return nil
+		}()
+		if panicked == nil {
+			t.Fatal("the first read did not panic")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan struct{})
+		var code int
+		go func() {
+			defer close(done)
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/login", nil)
+			req.RemoteAddr = "203.0.113.9:1"
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			code = rec.Code
+		}()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			cancel()
+			<-done
+			t.Fatal("after a read that panicked, the next request waited for it until its context ended")
+		}
+		if code != http.StatusOK || ran.Load() != 1 || store.reads.Load() != 2 {
+			t.Fatalf("next request %d, handler ran %d times, %d reads; want 200, 1, 2", code, ran.Load(), store.reads.Load())
+		}
+	})
+}
+
+// A stored window so long that it overflows a time.Duration is corrupt,
+// rather than read as whatever the overflow leaves: 2^58 ms plus a minute
+// is not a minute.
+func TestPolicyOverflowingWindowIsCorrupt(t *testing.T) {
+	mem, clock := newMem(t, 100)
+	var out engine.StepResult
+	err := engine.New(mem).Apply(context.Background(), httplimit.PolicyPartition, &out,
+		engine.Set(httplimit.PolicyKeyPrefix+"login", fmt.Sprintf(`{"limit":10,"windowMs":%d,"kind":"fixed"}`, int64(1)<<58+60_000), engine.MaxTTLMs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols := newPolicies(t, mem, clock, time.Second)
+	if q, err := pols.Get(context.Background(), "login"); !errors.Is(err, engine.ErrCorrupt) {
+		t.Fatalf("Get: %+v, %v; want ErrCorrupt", q, err)
+	}
+	h, ran, errs := policyStage(t, mem, pols, "login")
+	if got := codes(h, 1); !slices.Equal(got, statuses(503)) || ran.Load() != 0 || !errors.Is((*errs)[0], engine.ErrCorrupt) {
+		t.Fatalf("overflowing window: %v, handler ran %d times, errors %v; want 503, none, ErrCorrupt", got, ran.Load(), *errs)
 	}
 }

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"fmt"
+	"net/url"
 	"path"
 	"strings"
 )
@@ -67,6 +68,26 @@ func (rs *routes) selects(path string) bool {
 		return rs.match(clean)
 	}
 	return false
+}
+
+// selectsURL reports whether a request for u is selected: u.Path as
+// selects reads it, or, when the request was sent with escapes that
+// decoding changes (u.RawPath is set), its escaped path cleaned as selects
+// cleans a path, then decoded. chi routes by the escaped path, which its
+// CleanPath middleware cleans, and so does gin with UseRawPath and
+// RemoveExtraSlash: "/a%2Fb/../login" is "/login" to them, while its
+// decoded path, "/a/b/../login", cleans to "/a/login". It allocates
+// nothing for a request without escapes.
+func (rs *routes) selectsURL(u *url.URL) bool {
+	if rs.selects(u.Path) {
+		return true
+	}
+	if u.RawPath == "" {
+		return false
+	}
+	clean, _ := cleanPath(u.RawPath)
+	p, err := url.PathUnescape(clean)
+	return err == nil && rs.match(p)
 }
 
 // cleanPath returns p cleaned as net/http's ServeMux cleans a request's

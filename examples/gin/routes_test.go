@@ -90,3 +90,22 @@ func TestMiddlewareIgnoresUntrustedForwardedFor(t *testing.T) {
 		}
 	}
 }
+
+// With UseRawPath (or UseEscapedPath) and RemoveExtraSlash, gin cleans the
+// escaped path and routes "/a%2Fb/../login" to the login route, though
+// its decoded path cleans to "/a/login": the stage counts it against the
+// login quota all the same.
+func TestMiddlewareEscapedPathsCostTheRoutesQuota(t *testing.T) {
+	gin.SetMode(gin.TestMode)
+	for _, escaped := range []bool{false, true} {
+		lim, _ := newLimiter(t, 2)
+		r := newRouter(lim)
+		r.UseRawPath, r.UseEscapedPath = !escaped, escaped
+		r.RemoveExtraSlash = true
+		for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+			if rec := send(r, http.MethodPost, "/a%2Fb/../login"); rec.Code != want {
+				t.Fatalf("UseEscapedPath %v: POST /a%%2Fb/../login %d: %d, want %d", escaped, i, rec.Code, want)
+			}
+		}
+	}
+}
