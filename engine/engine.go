@@ -69,7 +69,11 @@ func (e *Engine) do(ctx context.Context, r *Request, leave bool) (*Response, err
 		return nil, err
 	}
 	if rs, ok := e.store.(RequestStore); ok {
-		return rs.Do(ctx, r)
+		resp, err := rs.Do(ctx, r)
+		if err == nil {
+			err = checkResponse(r, resp)
+		}
+		return resp, err
 	}
 	resp := &Response{Steps: make([]StepResult, len(r.Steps))}
 	// A request of several steps on a store that can defer its fsyncs runs
@@ -108,6 +112,27 @@ func (e *Engine) do(ctx context.Context, r *Request, leave bool) (*Response, err
 		return &Response{}, err
 	}
 	return resp, nil
+}
+
+// checkResponse holds a RequestStore's answer to the shape of r: one
+// result per step, and one per command of every step that ran.
+func checkResponse(r *Request, resp *Response) error {
+	if resp == nil || len(resp.Steps) != len(r.Steps) {
+		n := 0
+		if resp != nil {
+			n = len(resp.Steps)
+		}
+		return fmt.Errorf("%w: the store answered %d steps for %d", ErrCorrupt, n, len(r.Steps))
+	}
+	for i := range resp.Steps {
+		if resp.Steps[i].Skipped {
+			continue
+		}
+		if err := checkResults(&resp.Steps[i], len(r.Steps[i].Commands)); err != nil {
+			return fmt.Errorf("step %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // settle makes the deferred steps of a request durable, if any ran, and
@@ -151,7 +176,20 @@ func (e *Engine) apply(ctx context.Context, b *Batch, out *StepResult, deferred 
 	}
 	*pb = Batch{} // hold no reference to the caller's commands while pooled
 	batches.Put(pb)
+	if err == nil {
+		err = checkResults(out, len(b.Commands))
+	}
 	return err
+}
+
+// checkResults holds a store to answering one result per command of the
+// batch it ran, so that no caller indexing the results can fail on a store
+// that does not.
+func checkResults(out *StepResult, commands int) error {
+	if len(out.Results) != commands {
+		return fmt.Errorf("%w: the store answered %d results for %d commands", ErrCorrupt, len(out.Results), commands)
+	}
+	return nil
 }
 
 var batches = sync.Pool{New: func() any { return new(Batch) }}

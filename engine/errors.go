@@ -21,7 +21,9 @@ var (
 	// ErrCapacity reports a store that refuses a new key because it is full.
 	// Live quotas are never evicted to make room. Nothing was changed.
 	ErrCapacity = errors.New("sluice: store at capacity")
-	// ErrCorrupt reports stored state that cannot be decoded.
+	// ErrCorrupt reports stored state that cannot be decoded, or a store
+	// whose answer does not match what it ran (a result per command, a
+	// step result per step).
 	ErrCorrupt = errors.New("sluice: corrupt stored state")
 	// ErrClosed reports a call on a closed store.
 	ErrClosed = errors.New("sluice: store closed")

@@ -108,6 +108,11 @@ func (e *Engine) ApplyReservedJointDeferred(ctx context.Context, steps []Step, o
 	err := js.ApplyJoint(ctx, j.ptrs[:len(steps)], outs[:len(steps)])
 	*j = joint{} // hold no reference to the caller's commands while pooled
 	joints.Put(j)
+	for i := 0; err == nil && i < len(steps); i++ {
+		if err = checkResults(&outs[i], len(steps[i].Commands)); err != nil {
+			err = fmt.Errorf("joint batch %d: %w", i, err)
+		}
+	}
 	return err
 }
 

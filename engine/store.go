@@ -13,6 +13,8 @@ import (
 // reusing out.Results' capacity, so a caller that reuses out allocates
 // nothing. A denial is a result, not an error. An error means the batch had
 // no effect, except ErrUnavailable, after which the outcome is unknown.
+// Without an error, out holds one result per command, in order; the Engine
+// answers ErrCorrupt for a store that answers otherwise.
 //
 // A store keeps no reference to the Batch (or its Commands) after Apply
 // returns: the engine recycles it.
