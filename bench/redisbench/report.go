@@ -77,18 +77,23 @@ type Aim struct {
 	AtMost bool
 }
 
-// Aims are Sluice's performance aims on Redis.
+// Aims are Sluice's performance aims on Redis. The single-hit aims judge
+// the store as it is configured by default, concurrent batches sharing a
+// pipeline (sluice-1-piped; decision 0035), as redis-benchmark -P 16
+// pipelines its calls; the rows without a bound put the store with
+// pipelines off (sluice-1) beside the same references.
 var Aims = []Aim{
-	{Text: "sluice-1 ≥ 0.9× raw script, go-redis (decisions/s)", Num: Sluice1, Den: RawScript, Measure: Decisions, Want: 0.9},
-	{Text: "sluice-1 ≥ 0.9× raw script, redis-benchmark -P 16 (decisions/s)", Num: Sluice1, Den: RedisBenchmark, Measure: Decisions, Want: 0.9},
-	{Text: "sluice-1 ≥ 1.0× redis_rate (decisions/s)", Num: Sluice1, Den: RedisRate, Measure: Decisions, Want: 1},
+	{Text: "sluice-1-piped (the default) ≥ 0.9× raw script, redis-benchmark -P 16 (decisions/s)", Num: Sluice1Piped, Den: RedisBenchmark, Measure: Decisions, Want: 0.9},
+	{Text: "sluice-1-piped (the default) ≥ 0.9× raw script, go-redis (decisions/s)", Num: Sluice1Piped, Den: RawScript, Measure: Decisions, Want: 0.9},
+	{Text: "sluice-1-piped (the default) ≥ 1.0× redis_rate (decisions/s)", Num: Sluice1Piped, Den: RedisRate, Measure: Decisions, Want: 1},
 	{Text: "sluice-8 ≥ 3× sluice-1 (decisions/s)", Num: Sluice8, Den: Sluice1, Measure: Decisions, Want: 3},
 	{Text: "sluice-8 script time ≤ 10 µs per decision", Num: Sluice8, Measure: ScriptUsec, Want: 10, AtMost: true},
+	{Text: "sluice-1-piped server CPU, µs per decision, vs redis-benchmark -P 16", Num: Sluice1Piped, Den: RedisBenchmark, Measure: ServerCPU},
+	{Text: "sluice-1 (pipelines off) vs raw script, go-redis (decisions/s)", Num: Sluice1, Den: RawScript, Measure: Decisions},
+	{Text: "sluice-1 (pipelines off) vs raw script, redis-benchmark -P 16 (decisions/s)", Num: Sluice1, Den: RedisBenchmark, Measure: Decisions},
+	{Text: "sluice-1 (pipelines off) vs redis_rate (decisions/s)", Num: Sluice1, Den: RedisRate, Measure: Decisions},
 	{Text: "sluice-1 script time, µs per decision, vs the raw script", Num: Sluice1, Den: RawScript, Measure: ScriptUsec},
 	{Text: "sluice-1-piped vs sluice-1 (decisions/s)", Num: Sluice1Piped, Den: Sluice1, Measure: Decisions},
-	{Text: "sluice-1-piped vs raw script, go-redis (decisions/s)", Num: Sluice1Piped, Den: RawScript, Measure: Decisions},
-	{Text: "sluice-1-piped vs redis_rate (decisions/s)", Num: Sluice1Piped, Den: RedisRate, Measure: Decisions},
-	{Text: "sluice-1-piped vs raw script, redis-benchmark -P 16 (decisions/s)", Num: Sluice1Piped, Den: RedisBenchmark, Measure: Decisions},
 	{Text: "sluice-8-piped vs sluice-8 (decisions/s)", Num: Sluice8Piped, Den: Sluice8, Measure: Decisions},
 	{Text: "sluice-1-piped vs sluice-1, client CPU per decision", Num: Sluice1Piped, Den: Sluice1, Measure: ClientCPU},
 }
