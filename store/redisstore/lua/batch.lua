@@ -154,29 +154,31 @@ local function arg()
 	return v
 end
 
--- tonum is tonumber over the arguments' strings, memoised: a call's
+-- memoised returns f memoised over the strings it is given: a call's
 -- numbers are mostly the same few strings (key indexes, costs, kinds,
 -- limits, windows), and a table lookup costs a fraction of a conversion.
--- The memo is emptied once it holds MEMO numbers, so that it stays small
+-- A memo is dropped once it holds MEMO values, so that it stays small
 -- whatever the calls send. (The script form starts every call empty.)
 local MEMO = 1024
-local memo, memoN = {}, 0
-local function tonum(s)
-	local v = memo[s]
-	if v == nil then
-		v = tonumber(s)
-		if v ~= nil then
-			if memoN >= MEMO then
-				for k in pairs(memo) do
-					memo[k] = nil
+local function memoised(f)
+	local memo, n = {}, 0
+	return function(s)
+		local v = memo[s]
+		if v == nil then
+			v = f(s)
+			if v ~= nil then
+				if n >= MEMO then
+					memo, n = {}, 0
 				end
-				memoN = 0
+				memo[s], n = v, n + 1
 			end
-			memo[s], memoN = v, memoN + 1
 		end
+		return v
 	end
-	return v
 end
+
+-- tonum is tonumber over the arguments' strings, memoised.
+local tonum = memoised(tonumber)
 
 local function num()
 	return tonum(arg())
@@ -405,26 +407,14 @@ local function joint(keys, argv)
 end
 
 -- spec returns the numbers of a lone hit's spec, "<grace> <cost> <kind>
--- <limit> <window>" (see prelude.lua), memoised as tonum's are: a store
--- sends the same few specs (its limits) over and over, and one argument
--- and one lookup cost Redis less than five of each. Every call reads
--- the array it returns and none changes it.
-local specs, specsN = {}, 0
-local function spec(s)
-	local v = specs[s]
-	if v == nil then
-		local g, c, k, l, w = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
-		v = {tonumber(g), tonumber(c), tonumber(k), tonumber(l), tonumber(w)}
-		if specsN >= MEMO then
-			for old in pairs(specs) do
-				specs[old] = nil
-			end
-			specsN = 0
-		end
-		specs[s], specsN = v, specsN + 1
-	end
-	return v
-end
+-- <limit> <window>" (see prelude.lua), memoised: a store sends the same
+-- few specs (its limits) over and over, and one argument and one lookup
+-- cost Redis less than five of each. Every call reads the array it
+-- returns and none changes it.
+local spec = memoised(function(s)
+	local g, c, k, l, w = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
+	return {tonumber(g), tonumber(c), tonumber(k), tonumber(l), tonumber(w)}
+end)
 
 -- SET ... KEEPTTL exists from Redis 6.0 on; the script uses it where
 -- REDIS_VERSION_NUM, defined from 7.0 on, shows that it may (on 6.x the
