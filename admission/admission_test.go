@@ -648,3 +648,52 @@ func TestBudgetAboveTheLargestCounterIsRefused(t *testing.T) {
 		t.Errorf("%d store failures logged, want none", n)
 	}
 }
+
+// TestOperatorStopHoldsForRPCsBeingAdmitted: once StopFamily has returned,
+// this server admits nothing more for the family, including an RPC that
+// read the family's state before the stop and was still being admitted
+// when it returned: one waiting for a lease of the family's allowance, or
+// for its fairness charge. Its commands go back to the chunk.
+func TestOperatorStopHoldsForRPCsBeingAdmitted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		principal string
+		// during tells the batch the stop is made during.
+		during string
+	}{
+		{"during a lease", "", "adm/f/"},
+		{"during a fairness charge", "alice", "adm/p/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t)
+			ctx := context.Background()
+			cfg := smallConfig(10_000)
+			a := fx.admitter(cfg)
+			var stopped atomic.Bool
+			fx.probe.set(func(partition string, cmds []engine.Command) {
+				if strings.HasPrefix(partition, engine.ReservedPartition(tc.during)) && cmds[0].Op == engine.OpReserve &&
+					stopped.CompareAndSwap(false, true) {
+					if err := a.StopFamily(ctx, DefaultFamily, "suspected drain"); err != nil {
+						t.Error(err)
+					}
+				}
+			}, nil)
+			r := rpc(DefaultFamily, 3)
+			r.Principal = tc.principal
+			err := a.Admit(ctx, r)
+			if !stopped.Load() {
+				t.Fatal("the stop was not made during the RPC")
+			}
+			if code(err) != wire.CodeStopped {
+				t.Fatalf("an RPC admitted after StopFamily returned: %v, want guard_stopped", err)
+			}
+			fx.probe.set(nil, nil)
+			if err := a.ResumeFamily(ctx, DefaultFamily); err != nil {
+				t.Fatal(err)
+			}
+			if admitted, err := admitAll(ctx, a, DefaultFamily, 1); admitted != 10_000 || code(err) != wire.CodeStopped {
+				t.Fatalf("after the resume the family admitted %d then %v, want its allowance of 10,000", admitted, err)
+			}
+		})
+	}
+}

@@ -241,9 +241,26 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 			return false, err
 		}
 		pending = true // charged, deferred
+	} else if err := a.stoppedMeanwhile(f, day); err != nil {
+		c.giveBack(n)
+		return false, err
 	}
 	a.maybeWarn(ctx, f, day, left)
 	return pending, nil
+}
+
+// stoppedMeanwhile returns the refusal of an RPC of f for day that an
+// operator stop made while it was being admitted (during a lease or a
+// fairness charge) covers, or nil: once StopFamily has returned, this
+// server admits nothing more for the family, not even an RPC that read the
+// family's state before it. A budget stop refuses no RPC that has its
+// commands already: they were leased within the day's allowance. One
+// atomic load.
+func (a *Admitter) stoppedMeanwhile(f *family, day int64) error {
+	if c := f.stop.Load(); c != nil && c.day == day && c.stopped && c.operator {
+		return problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, c.reason))
+	}
+	return nil
 }
 
 // chargeHeld charges id's quotas for the n commands the RPC took from f's
@@ -262,7 +279,12 @@ func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *iden
 	if err := a.knownExhausted(f, id, day, n); err != nil {
 		return err
 	}
-	return a.charge(ctx, f, id, a.keysOf(day), n)
+	if err := a.charge(ctx, f, id, a.keysOf(day), n); err != nil {
+		return err
+	}
+	// A stop made during the charge refuses the RPC: its quotas stay
+	// charged (an over-charge, the safe direction), its commands go back.
+	return a.stoppedMeanwhile(f, day)
 }
 
 // maybeWarn logs the day's warning once the commands admitted reach the
