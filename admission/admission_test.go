@@ -697,3 +697,46 @@ func TestOperatorStopHoldsForRPCsBeingAdmitted(t *testing.T) {
 		})
 	}
 }
+
+// TestWarningOfADayCountsThatDayOnly: an RPC admitted from the last chunk
+// of a day checks that day's warning with what that day leased, not with
+// what the next day has leased meanwhile. Here the RPC's fairness charge
+// is still running at midnight while the next day's traffic passes 80 %:
+// the day before, which admitted one command, is not warned of.
+func TestWarningOfADayCountsThatDayOnly(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	a := fx.admitter(cfg)
+	// The other server logs elsewhere: its warning of the next day is due.
+	otherCfg := cfg
+	otherCfg.Now, otherCfg.Logger = fx.clock.Now, slog.New(slog.DiscardHandler)
+	other := New(fx.eng, otherCfg)
+	fx.clock.Advance(12*time.Hour - time.Second) // 23:59:59
+	var crossed atomic.Bool
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		if !strings.HasPrefix(partition, engine.ReservedPartition("adm/p/")) || !crossed.CompareAndSwap(false, true) {
+			return
+		}
+		fx.clock.Advance(2 * time.Second) // the next day
+		for range 80 {
+			if err := other.Admit(ctx, rpc(DefaultFamily, 100)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil { // a leases of the next day
+			t.Error(err)
+		}
+	}, nil)
+	late := rpc(DefaultFamily, 1)
+	late.Principal = "alice"
+	if err := a.Admit(ctx, late); err != nil || !crossed.Load() {
+		t.Fatalf("the RPC charged across midnight (%v): %v", crossed.Load(), err)
+	}
+	const msg = "daily operation budget at threshold"
+	if n := fx.logs.count(msg); n != 0 {
+		t.Fatalf("warned %d times, of day %v with used %v; the day admitted 1 command of 10,000", n, fx.logs.attr(msg, "day"), fx.logs.attr(msg, "used"))
+	}
+}
