@@ -740,3 +740,55 @@ func TestWarningOfADayCountsThatDayOnly(t *testing.T) {
 		t.Fatalf("warned %d times, of day %v with used %v; the day admitted 1 command of 10,000", n, fx.logs.attr(msg, "day"), fx.logs.attr(msg, "used"))
 	}
 }
+
+// TestStateKeepsTheStopInForce: reading the control state reads the
+// family's stored state afresh, without a moment in which this server's
+// own stop is forgotten: an RPC still being admitted when StopFamily
+// returned, and finishing while the state is read, is refused.
+func TestStateKeepsTheStopInForce(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	a := fx.admitter(cfg)
+	if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil { // the state read, a chunk leased
+		t.Fatal(err)
+	}
+	inLease, release, result := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var leasing, reading atomic.Bool
+	var admitErr error
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		if partition != engine.ReservedPartition(familyPartition(DefaultFamily)) {
+			return
+		}
+		switch {
+		case cmds[0].Op == engine.OpReserve && leasing.CompareAndSwap(false, true):
+			// The RPC leases: hold it until the state is being read.
+			close(inLease)
+			<-release
+		case cmds[0].Op == engine.OpGet && cmds[0].Key == operatorStopKey && reading.CompareAndSwap(true, false):
+			// The state is being read: let the RPC finish meanwhile.
+			close(release)
+			admitErr = <-result
+		}
+	}, nil)
+	go func() { result <- a.Admit(ctx, rpc(DefaultFamily, 200)) }()
+	<-inLease
+	if err := a.StopFamily(ctx, DefaultFamily, "suspected drain"); err != nil {
+		t.Fatal(err)
+	}
+	reading.Store(true)
+	st, err := a.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reading.Load() {
+		t.Fatal("the state was not read from the store")
+	}
+	if len(st) != 1 || !st[0].Stopped {
+		t.Fatalf("state after the stop: %+v", st)
+	}
+	if code(admitErr) != wire.CodeStopped {
+		t.Fatalf("an RPC admitted after StopFamily returned, while the state was read: %v, want guard_stopped", admitErr)
+	}
+}

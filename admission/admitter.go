@@ -559,6 +559,22 @@ func (a *Admitter) stopState(ctx context.Context, f *family, now time.Time, day 
 	if c := f.stop.Load(); a.fresh(c, now, day) {
 		return c, nil // another caller reloaded it meanwhile
 	}
+	return a.loadStop(ctx, f, now, day)
+}
+
+// reloadStop reads f's stop state for day from the store, however fresh
+// the cached copy: the control state. The copy stays in force while the
+// store is read, so that an RPC checking it meanwhile still sees this
+// server's own stop.
+func (a *Admitter) reloadStop(ctx context.Context, f *family, now time.Time, day int64) (*stopCache, error) {
+	f.stopMu.Lock()
+	defer f.stopMu.Unlock()
+	return a.loadStop(ctx, f, now, day)
+}
+
+// loadStop reads f's stop state for day from the store and caches it. The
+// caller holds f.stopMu.
+func (a *Admitter) loadStop(ctx context.Context, f *family, now time.Time, day int64) (*stopCache, error) {
 	k := a.keysOf(day)
 	var out engine.StepResult
 	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out,
