@@ -648,3 +648,147 @@ func TestBudgetAboveTheLargestCounterIsRefused(t *testing.T) {
 		t.Errorf("%d store failures logged, want none", n)
 	}
 }
+
+// TestOperatorStopHoldsForRPCsBeingAdmitted: once StopFamily has returned,
+// this server admits nothing more for the family, including an RPC that
+// read the family's state before the stop and was still being admitted
+// when it returned: one waiting for a lease of the family's allowance, or
+// for its fairness charge. Its commands go back to the chunk.
+func TestOperatorStopHoldsForRPCsBeingAdmitted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		principal string
+		// during tells the batch the stop is made during.
+		during string
+	}{
+		{"during a lease", "", "adm/f/"},
+		{"during a fairness charge", "alice", "adm/p/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fx := newFixture(t)
+			ctx := context.Background()
+			cfg := smallConfig(10_000)
+			a := fx.admitter(cfg)
+			var stopped atomic.Bool
+			fx.probe.set(func(partition string, cmds []engine.Command) {
+				if strings.HasPrefix(partition, engine.ReservedPartition(tc.during)) && cmds[0].Op == engine.OpReserve &&
+					stopped.CompareAndSwap(false, true) {
+					if err := a.StopFamily(ctx, DefaultFamily, "suspected drain"); err != nil {
+						t.Error(err)
+					}
+				}
+			}, nil)
+			r := rpc(DefaultFamily, 3)
+			r.Principal = tc.principal
+			err := a.Admit(ctx, r)
+			if !stopped.Load() {
+				t.Fatal("the stop was not made during the RPC")
+			}
+			if code(err) != wire.CodeStopped {
+				t.Fatalf("an RPC admitted after StopFamily returned: %v, want guard_stopped", err)
+			}
+			fx.probe.set(nil, nil)
+			if err := a.ResumeFamily(ctx, DefaultFamily); err != nil {
+				t.Fatal(err)
+			}
+			if admitted, err := admitAll(ctx, a, DefaultFamily, 1); admitted != 10_000 || code(err) != wire.CodeStopped {
+				t.Fatalf("after the resume the family admitted %d then %v, want its allowance of 10,000", admitted, err)
+			}
+		})
+	}
+}
+
+// TestWarningOfADayCountsThatDayOnly: an RPC admitted from the last chunk
+// of a day checks that day's warning with what that day leased, not with
+// what the next day has leased meanwhile. Here the RPC's fairness charge
+// is still running at midnight while the next day's traffic passes 80 %:
+// the day before, which admitted one command, is not warned of.
+func TestWarningOfADayCountsThatDayOnly(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	a := fx.admitter(cfg)
+	// The other server logs elsewhere: its warning of the next day is due.
+	otherCfg := cfg
+	otherCfg.Now, otherCfg.Logger = fx.clock.Now, slog.New(slog.DiscardHandler)
+	other := New(fx.eng, otherCfg)
+	fx.clock.Advance(12*time.Hour - time.Second) // 23:59:59
+	var crossed atomic.Bool
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		if !strings.HasPrefix(partition, engine.ReservedPartition("adm/p/")) || !crossed.CompareAndSwap(false, true) {
+			return
+		}
+		fx.clock.Advance(2 * time.Second) // the next day
+		for range 80 {
+			if err := other.Admit(ctx, rpc(DefaultFamily, 100)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil { // a leases of the next day
+			t.Error(err)
+		}
+	}, nil)
+	late := rpc(DefaultFamily, 1)
+	late.Principal = "alice"
+	if err := a.Admit(ctx, late); err != nil || !crossed.Load() {
+		t.Fatalf("the RPC charged across midnight (%v): %v", crossed.Load(), err)
+	}
+	const msg = "daily operation budget at threshold"
+	if n := fx.logs.count(msg); n != 0 {
+		t.Fatalf("warned %d times, of day %v with used %v; the day admitted 1 command of 10,000", n, fx.logs.attr(msg, "day"), fx.logs.attr(msg, "used"))
+	}
+}
+
+// TestStateKeepsTheStopInForce: reading the control state reads the
+// family's stored state afresh, without a moment in which this server's
+// own stop is forgotten: an RPC still being admitted when StopFamily
+// returned, and finishing while the state is read, is refused.
+func TestStateKeepsTheStopInForce(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	a := fx.admitter(cfg)
+	if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil { // the state read, a chunk leased
+		t.Fatal(err)
+	}
+	inLease, release, result := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var leasing, reading atomic.Bool
+	var admitErr error
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		if partition != engine.ReservedPartition(familyPartition(DefaultFamily)) {
+			return
+		}
+		switch {
+		case cmds[0].Op == engine.OpReserve && leasing.CompareAndSwap(false, true):
+			// The RPC leases: hold it until the state is being read.
+			close(inLease)
+			<-release
+		case cmds[0].Op == engine.OpGet && cmds[0].Key == operatorStopKey && reading.CompareAndSwap(true, false):
+			// The state is being read: let the RPC finish meanwhile.
+			close(release)
+			admitErr = <-result
+		}
+	}, nil)
+	go func() { result <- a.Admit(ctx, rpc(DefaultFamily, 200)) }()
+	<-inLease
+	if err := a.StopFamily(ctx, DefaultFamily, "suspected drain"); err != nil {
+		t.Fatal(err)
+	}
+	reading.Store(true)
+	st, err := a.State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reading.Load() {
+		t.Fatal("the state was not read from the store")
+	}
+	if len(st) != 1 || !st[0].Stopped {
+		t.Fatalf("state after the stop: %+v", st)
+	}
+	if code(admitErr) != wire.CodeStopped {
+		t.Fatalf("an RPC admitted after StopFamily returned, while the state was read: %v, want guard_stopped", admitErr)
+	}
+}

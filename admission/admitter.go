@@ -59,14 +59,14 @@ type family struct {
 	limited [numAxes]error
 
 	// The leased chunk: cur holds what is left of the commands leased for
-	// its day, out of leased commands of the day's durable allowance leased
-	// by every server as of this server's last lease. The fast path takes
-	// from cur with a compare-and-swap; mu serialises leases and replaces
-	// cur (a new day, a resume), so that nothing taken from a chunk before
-	// it was replaced is ever given back to its successor.
-	mu     sync.Mutex
-	cur    atomic.Pointer[chunk]
-	leased atomic.Int64
+	// its day, out of the commands of the day's durable allowance leased
+	// by every server as of this server's last lease (chunk.leased). The
+	// fast path takes from cur with a compare-and-swap; mu serialises
+	// leases and replaces cur (a new day, a resume), so that nothing taken
+	// from a chunk before it was replaced is ever given back to its
+	// successor, nor counted with its successor's day.
+	mu  sync.Mutex
+	cur atomic.Pointer[chunk]
 	// held counts the commands taken by RPCs whose fairness charge is
 	// still running: they go back to the chunk if it refuses. A lease
 	// that finds the allowance exhausted waits (settled, on mu) for them
@@ -94,10 +94,12 @@ type family struct {
 }
 
 // chunk is what is left of the commands a server leased of one UTC day's
-// allowance, since its last new day or resume.
+// allowance, since its last new day or resume, and what every server had
+// leased of that allowance as of this server's last lease of it.
 type chunk struct {
-	day  int64
-	left atomic.Int64
+	day    int64
+	left   atomic.Int64
+	leased atomic.Int64
 }
 
 type stopCache struct {
@@ -237,13 +239,30 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 	}
 	if id := a.identities(f, req); !id.none() {
 		if err := a.chargeHeld(ctx, f, c, &id, day, n); err != nil {
-			a.maybeWarn(ctx, f, day, left+n)
+			a.maybeWarn(ctx, f, c, left+n)
 			return false, err
 		}
 		pending = true // charged, deferred
+	} else if err := a.stoppedMeanwhile(f, day); err != nil {
+		c.giveBack(n)
+		return false, err
 	}
-	a.maybeWarn(ctx, f, day, left)
+	a.maybeWarn(ctx, f, c, left)
 	return pending, nil
+}
+
+// stoppedMeanwhile returns the refusal of an RPC of f for day that an
+// operator stop made while it was being admitted (during a lease or a
+// fairness charge) covers, or nil: once StopFamily has returned, this
+// server admits nothing more for the family, not even an RPC that read the
+// family's state before it. A budget stop refuses no RPC that has its
+// commands already: they were leased within the day's allowance. One
+// atomic load.
+func (a *Admitter) stoppedMeanwhile(f *family, day int64) error {
+	if c := f.stop.Load(); c != nil && c.day == day && c.stopped && c.operator {
+		return problem(wire.CodeStopped, fmt.Sprintf("family %q stopped: %s", f.name, c.reason))
+	}
+	return nil
 }
 
 // chargeHeld charges id's quotas for the n commands the RPC took from f's
@@ -262,21 +281,28 @@ func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *iden
 	if err := a.knownExhausted(f, id, day, n); err != nil {
 		return err
 	}
-	return a.charge(ctx, f, id, a.keysOf(day), n)
+	if err := a.charge(ctx, f, id, a.keysOf(day), n); err != nil {
+		return err
+	}
+	// A stop made during the charge refuses the RPC: its quotas stay
+	// charged (an over-charge, the safe direction), its commands go back.
+	return a.stoppedMeanwhile(f, day)
 }
 
-// maybeWarn logs the day's warning once the commands admitted reach the
-// threshold, as far as this server knows them: everything leased as of its
-// last lease, less left, what it still holds. Other servers' unspent
+// maybeWarn logs the warning of c's day once the commands admitted reach
+// the threshold, as far as this server knows them: everything leased of
+// that day as of its last lease, less left, what it still holds of c. (The
+// figures of c's day, never another's: an RPC taking from the last chunk
+// of a day may check after the next day's first leases.) Other servers' unspent
 // chunks count as admitted, so the warning may come early by at most their
 // chunks. It is never late: the server that made the latest lease counts
 // every admitted command, and checks after each of its RPCs.
-func (a *Admitter) maybeWarn(ctx context.Context, f *family, day, left int64) {
-	if f.warnedDay.Load() == day {
+func (a *Admitter) maybeWarn(ctx context.Context, f *family, c *chunk, left int64) {
+	if f.warnedDay.Load() == c.day {
 		return
 	}
-	if admitted := f.leased.Load() - left; admitted >= f.warnAt {
-		a.warn(ctx, f, day, admitted)
+	if admitted := c.leased.Load() - left; admitted >= f.warnAt {
+		a.warn(ctx, f, c.day, admitted)
 	}
 }
 
@@ -355,7 +381,6 @@ func (c *chunk) giveBack(n int64) { c.left.Add(n) }
 // day or an operator resume. The caller holds f.mu.
 func (f *family) resetLease(day int64) {
 	f.cur.Store(&chunk{day: day})
-	f.leased.Store(0)
 }
 
 func familyPartition(f string) string { return "adm/f/" + f }
@@ -414,7 +439,7 @@ func (a *Admitter) refill(ctx context.Context, f *family, day, n int64) (*chunk,
 		// counting the fresh chunk as admitted. c is still the current
 		// chunk: only holders of mu replace it.
 		c.left.Add(got)
-		f.leased.Store(f.allowance - remaining)
+		c.leased.Store(f.allowance - remaining)
 	}
 }
 
@@ -534,6 +559,22 @@ func (a *Admitter) stopState(ctx context.Context, f *family, now time.Time, day 
 	if c := f.stop.Load(); a.fresh(c, now, day) {
 		return c, nil // another caller reloaded it meanwhile
 	}
+	return a.loadStop(ctx, f, now, day)
+}
+
+// reloadStop reads f's stop state for day from the store, however fresh
+// the cached copy: the control state. The copy stays in force while the
+// store is read, so that an RPC checking it meanwhile still sees this
+// server's own stop.
+func (a *Admitter) reloadStop(ctx context.Context, f *family, now time.Time, day int64) (*stopCache, error) {
+	f.stopMu.Lock()
+	defer f.stopMu.Unlock()
+	return a.loadStop(ctx, f, now, day)
+}
+
+// loadStop reads f's stop state for day from the store and caches it. The
+// caller holds f.stopMu.
+func (a *Admitter) loadStop(ctx context.Context, f *family, now time.Time, day int64) (*stopCache, error) {
 	k := a.keysOf(day)
 	var out engine.StepResult
 	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out,

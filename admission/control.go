@@ -41,8 +41,7 @@ func (a *Admitter) State(ctx context.Context) ([]FamilyState, error) {
 	out := make([]FamilyState, 0, len(names))
 	for _, name := range names {
 		f := a.fams[name]
-		f.stop.Store(nil) // read the stored state afresh
-		st, err := a.stopState(ctx, f, a.now(), day)
+		st, err := a.reloadStop(ctx, f, a.now(), day) // the stored state, afresh
 		if err != nil {
 			return nil, a.unavailable("reading the family stop", err)
 		}

@@ -301,6 +301,35 @@ func TestFamilyStopAndResume(t *testing.T) {
 	}
 }
 
+// TestEmptyFamilyIsNotTheGlobalFence: a stop or resume body naming an
+// empty family (a script's unset variable) is refused, not read as a body
+// without a family: a resume meant for one family must never lift the
+// global stop fence, nor a stop meant for one family stop every RPC.
+func TestEmptyFamilyIsNotTheGlobalFence(t *testing.T) {
+	h := newAdmHarness(t, func(c *admission.Config) { c.Total, c.Families = 1000, []string{"a", "b"} })
+	if rec := h.operator(http.MethodPost, wire.PathStop, `{"reason":"incident"}`); rec.Code != http.StatusOK {
+		t.Fatalf("global stop: %d %s", rec.Code, rec.Body)
+	}
+	if c := code(t, h.operator(http.MethodPost, wire.PathResume, `{"family":"","reason":"a fixed"}`)); c != wire.CodeInvalid {
+		t.Errorf("resume of family \"\": %q, want %s", c, wire.CodeInvalid)
+	}
+	if st := h.state(); !st.Stopped {
+		t.Fatal("a resume naming an empty family lifted the global stop fence")
+	}
+	if rec := h.operator(http.MethodPost, wire.PathResume, ``); rec.Code != http.StatusOK {
+		t.Fatalf("global resume: %d %s", rec.Code, rec.Body)
+	}
+	if c := code(t, h.operator(http.MethodPost, wire.PathStop, `{"family":""}`)); c != wire.CodeInvalid {
+		t.Errorf("stop of family \"\": %q, want %s", c, wire.CodeInvalid)
+	}
+	if st := h.state(); st.Stopped {
+		t.Fatal("a stop naming an empty family set the global stop fence")
+	}
+	if c := code(t, h.rpc(incr("b", "", "", "k"))); c != "" {
+		t.Errorf("rpc after the refused stops: %s", c)
+	}
+}
+
 func TestFairnessResetIsAuditedAndReadmits(t *testing.T) {
 	h := newAdmHarness(t, fairSmall)
 	tiers := map[string]string{wire.TierV4Slash24: "n24"}

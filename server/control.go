@@ -19,7 +19,8 @@ const maxControlBody = 4 << 10
 
 // StopRequest is the optional body of POST /control/stop and
 // POST /control/resume. Without a family the request acts on the global
-// stop fence; with one, on that family only.
+// stop fence; with one, on that family only. A body naming an empty family
+// is refused (400 invalid).
 type StopRequest struct {
 	Family string `json:"family,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -98,9 +99,36 @@ func (s *Server) admissionFor(w http.ResponseWriter, family string) *admission.A
 	return s.cfg.Admission
 }
 
+// stopBody is StopRequest as read from the wire: Family is nil when the
+// body does not name one.
+type stopBody struct {
+	Family *string `json:"family,omitempty"`
+	Reason string  `json:"reason,omitempty"`
+}
+
+// decodeStop reads the body of a stop or resume. A body naming an empty
+// family is refused: it means one family gone missing (an unset variable
+// in a script), and read as no family it would stop or resume the whole
+// server instead.
+func decodeStop(w http.ResponseWriter, r *http.Request) (StopRequest, bool) {
+	var b stopBody
+	if !decodeControl(w, r, &b) {
+		return StopRequest{}, false
+	}
+	if b.Family != nil && *b.Family == "" {
+		writeProblem(w, wire.CodeInvalid, `an empty "family" names no family: leave the member out to act on the global stop fence`)
+		return StopRequest{}, false
+	}
+	req := StopRequest{Reason: b.Reason}
+	if b.Family != nil {
+		req.Family = *b.Family
+	}
+	return req, true
+}
+
 func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
-	var req StopRequest
-	if !decodeControl(w, r, &req) {
+	req, ok := decodeStop(w, r)
+	if !ok {
 		return
 	}
 	if req.Reason == "" {
@@ -129,8 +157,8 @@ func (s *Server) handleStop(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request) {
-	var req StopRequest
-	if !decodeControl(w, r, &req) {
+	req, ok := decodeStop(w, r)
+	if !ok {
 		return
 	}
 	if req.Family != "" {
