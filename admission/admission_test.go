@@ -389,7 +389,7 @@ func TestConcurrentAdmissionNeverExceedsAllowance(t *testing.T) {
 }
 
 func TestInvalidConfigurationRefusesEverything(t *testing.T) {
-	for _, split := range []string{"nope=5", "default=5,default=6", "default=x", "default=2000000", "default"} {
+	for _, split := range []string{"nope=5", "default=5,default=6", "default=x", "default=+5", "default=-0", "default=2000000", "default"} {
 		fx := newFixture(t)
 		cfg := DefaultConfig()
 		cfg.Split = split

@@ -263,13 +263,24 @@ func parseSplit(s string, families []string) (map[string]int64, error) {
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("family %q has two budgets", name)
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
-		if err != nil || n < 0 {
+		n, ok := parseCount(strings.TrimSpace(num))
+		if !ok {
 			return nil, fmt.Errorf("family budget %q: %q is not a non-negative integer", name, num)
 		}
 		out[name] = n
 	}
 	return out, nil
+}
+
+// parseCount parses a count written as plain decimal digits: no sign, no
+// spaces, no other base; false for anything else, or for a count beyond
+// int64.
+func parseCount(s string) (int64, bool) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }
 
 func validName(f string) error {

@@ -3,7 +3,6 @@ package admission
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/wire"
@@ -115,8 +114,8 @@ func parseShareEntry(entry string) (string, int64, error) {
 		return "", 0, fmt.Errorf("share %q: want axis=divisor", entry)
 	}
 	key, num = strings.TrimSpace(key), strings.TrimSpace(num)
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 1 {
+	n, ok := parseCount(num)
+	if !ok || n < 1 {
 		return "", 0, fmt.Errorf("share %q: divisor %q is not a whole number of at least 1", entry, num)
 	}
 	return key, n, nil

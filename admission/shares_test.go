@@ -24,6 +24,7 @@ func TestParseShares(t *testing.T) {
 		{in: "source=0", wantErr: "at least 1"},
 		{in: "source=-5", wantErr: "at least 1"},
 		{in: "source=x", wantErr: "not a whole number"},
+		{in: "source=+5", wantErr: "not a whole number"},
 		{in: "source=1.5", wantErr: "not a whole number"},
 		{in: "source=", wantErr: "not a whole number"},
 		{in: "source=99999999999999999999", wantErr: "not a whole number"},
