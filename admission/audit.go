@@ -87,6 +87,11 @@ func (a *Admitter) ResetFairness(ctx context.Context, actor string, r ResetReque
 	if rec.Seq, err = a.appendAudit(ctx, &rec); err != nil {
 		return AuditRecord{}, err
 	}
+	// From here on quotas may be deleted, even by a call that fails (its
+	// outcome unknown): whatever happens, this server forgets what it
+	// remembered of them, lest it keep refusing an identity whose quota is
+	// gone until the day ends. Forgetting only costs store calls.
+	defer f.forget()
 
 	k := a.keysOf(dayOf(rec.At))
 	id := identitiesOf(r.Source, r.SourceTiers, r.Principal)
@@ -120,7 +125,6 @@ func (a *Admitter) ResetFairness(ctx context.Context, actor string, r ResetReque
 	f.stopMu.Lock()
 	f.resetEpoch = epoch
 	f.stopMu.Unlock()
-	f.forget()
 
 	a.log.Warn("fairness quota reset", "family", r.Family, "actor", actor, "reason", r.Reason,
 		"source", r.Source != "", "principal", r.Principal != "", "seq", rec.Seq)

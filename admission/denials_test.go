@@ -150,6 +150,31 @@ func TestFairnessResetClearsRememberedDenials(t *testing.T) {
 	}
 }
 
+// A reset whose quotas were deleted but whose announcement to the other
+// servers failed answers an error, and the server that made it still
+// forgets what it remembered: it asks the store again, which admits.
+func TestFailedResetStillForgetsItsOwnDenials(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	a := fx.admitter(fairConfig(switches{}))
+	exhaustPrincipal(t, a, "alice")
+	for range 2 { // the first refusal asks the store, the second is remembered
+		if err := a.Admit(ctx, fairRPC("s2", "alice", nil)); code(err) != wire.CodeLimited {
+			t.Fatalf("exhausted alice: %v", err)
+		}
+	}
+	fx.probe.set(nil, func(_ string, cmds []engine.Command) bool {
+		return len(cmds) == 1 && cmds[0].Op == engine.OpSet && cmds[0].Key == resetEpochKey
+	})
+	if _, err := a.ResetFairness(ctx, "ops", ResetRequest{Family: DefaultFamily, Principal: "alice"}); code(err) != wire.CodeUnavailable {
+		t.Fatalf("a reset whose announcement failed: %v, want guard_unavailable", err)
+	}
+	fx.probe.set(nil, nil)
+	if err := a.Admit(ctx, fairRPC("s2", "alice", nil)); err != nil {
+		t.Fatalf("after a reset that deleted alice's quota and then failed: %v, want admitted", err)
+	}
+}
+
 // TestRefundInvalidatesADenialSeenBeforeIt: an RPC refused by the principal
 // gives its source charge back; an RPC that found the source spent while
 // that charge was held must not remember the source as exhausted.
