@@ -74,10 +74,11 @@
 // or loses whole; it is deferred like ApplyDeferred, each written partition
 // counted unsynced until its fsync (see joint.go).
 //
-// If an fsync fails, memory is ahead of the disk and Pebble's log refuses
-// every later write: the store fails stop. Every later call returns an
-// error wrapping engine.ErrUnavailable, and reopening the directory
-// recovers exactly what reached the disk.
+// If an fsync fails, memory is ahead of the disk, and Pebble's log takes a
+// few more records before it panics on a commit: the store fails stop and
+// commits nothing more, not even the calls already inside it. Every later
+// call returns an error wrapping engine.ErrUnavailable, and reopening the
+// directory recovers exactly what reached the disk.
 //
 // # Memory
 //

@@ -418,11 +418,16 @@ func (s *Store) leadSync(g *syncGroup) error {
 	// Every member's writes precede this: each joined g before its
 	// group was taken (under smu), and the record is written after.
 	covered := s.durable.committed.Load()
-	err := s.logSync()
-	if err != nil {
-		err = s.fail(err)
-	} else {
-		s.durable.advance(covered)
+	// Once an fsync has failed nothing more goes into the log (see
+	// failure): the group formed behind the failed fsync, a barrier or a
+	// deferred round's wait is answered with the failure.
+	err := s.failure()
+	if err == nil {
+		if err = s.logSync(); err != nil {
+			err = s.fail(err)
+		} else {
+			s.durable.advance(covered)
+		}
 	}
 	if g != nil {
 		g.err = err
@@ -456,9 +461,10 @@ func (s *Store) logSync() error {
 
 // fail records err as the reason the store can no longer serve and returns
 // it wrapped in engine.ErrUnavailable. A failed fsync leaves memory ahead of
-// the disk (the partitions have already moved on), and Pebble's log refuses
-// every later write, so the store answers nothing more: reopening it
-// recovers exactly what reached the disk.
+// the disk (the partitions have already moved on), and Pebble's log cannot
+// be trusted with another write (see failure), so the store answers and
+// commits nothing more: reopening it recovers exactly what reached the
+// disk.
 func (s *Store) fail(err error) error {
 	err = fmt.Errorf("%w: diskstore: write-ahead log: %w", engine.ErrUnavailable, err)
 	if s.failed.CompareAndSwap(nil, &err) {
@@ -467,6 +473,11 @@ func (s *Store) fail(err error) error {
 	return err
 }
 
+// failure returns the error that failed the store, or nil. Nothing is
+// committed to Pebble once it is set: after a failed fsync Pebble's log
+// still takes records until its current 32 KiB block is full, and the
+// commit after that panics inside Pebble's commit pipeline (with its lock
+// held). A commit made after the failure could never be answered anyway.
 func (s *Store) failure() error {
 	if e := s.failed.Load(); e != nil {
 		return *e
