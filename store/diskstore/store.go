@@ -379,10 +379,14 @@ func rewritten(writes []engine.Write, i int) bool {
 // member's writes being in the log before it. Without the groups each
 // caller wrote a record of its own: Pebble already fsyncs concurrent
 // records together, so each fsync covers as much as before, but every
-// record was a pass through Pebble's commit pipeline. A member waits as
-// long as it would have (its own record could not have been fsynced by
-// the fsync in flight, which began before it was written), plus the
-// hand-over to the group's writer.
+// record was a pass through Pebble's commit pipeline. A member nearly
+// always waits as long as it would have (its own record could not have
+// been fsynced by the fsync in flight, which began before it was
+// written), plus the hand-over to the group's writer. The exception is a
+// member that arrives while the writer in flight has not yet had its own
+// record sequenced (its commit is in Pebble's pipeline, or stalled there
+// behind a full memtable): its own record would have shared that fsync,
+// and it waits for the next.
 func (s *Store) syncLog() error {
 	s.smu.Lock()
 	if !s.syncing {
