@@ -253,6 +253,15 @@ func (s *Store) round(p *partition, w *worker) *round {
 		return s.wroteNothing(rd, p, w.reqs)
 	}
 
+	if err := s.failure(); err != nil {
+		// The round entered before an fsync failed: it commits nothing
+		// (see failure), and its callers are answered with the failure.
+		for _, r := range w.reqs {
+			r.err = err
+		}
+		clear(w.writes)
+		return rd
+	}
 	s.mark(p) // before the rows exist: the filter has no false negatives
 	pb := s.db.NewBatch()
 	s.encode(w, pb, p, w.writes)

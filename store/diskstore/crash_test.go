@@ -9,14 +9,17 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
@@ -426,4 +429,86 @@ func crashChild(t *testing.T, dir string) {
 	// stop on our own.
 	time.Sleep(2 * time.Minute)
 	os.Exit(4)
+}
+
+// TestPowerLoss takes copies of the store's file system as a power loss
+// would leave it (only what was fsynced) while callers apply increments
+// with Apply, with ApplyDeferred and Sync, and with joint steps and Sync,
+// on few enough resident partitions that they are evicted and reloaded.
+// Each copy, opened as a store, holds every increment acknowledged before
+// it was taken. TestCrash kills a process, which loses nothing the
+// operating system has been handed, fsynced or not; this test loses what
+// was not fsynced.
+func TestPowerLoss(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	cfg := DefaultConfig()
+	cfg.Dir = "db"
+	cfg.FS = fs
+	cfg.Clock = testclock.At(t0)
+	cfg.MaxResident = 64 // one partition per shard
+	s := openTest(t, cfg)
+
+	const workers = 6
+	var acked [workers]atomic.Int64 // the last value acknowledged on each partition
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stop.Store(true)
+	for w := range workers {
+		wg.Go(func() {
+			p := fmt.Sprintf("p%d", w)
+			incr := []engine.Command{engine.Incr("n", 1, crashDay)}
+			for k := 0; !stop.Load(); k++ {
+				outs := make([]engine.StepResult, 2)
+				var err error
+				b := &engine.Batch{Partition: p, Commands: incr}
+				switch k % 3 {
+				case 0:
+					err = s.Apply(t.Context(), b, &outs[0])
+				case 1:
+					if err = s.ApplyDeferred(t.Context(), b, &outs[0]); err == nil {
+						err = s.Sync(t.Context())
+					}
+				default:
+					twin := &engine.Batch{Partition: p + "-twin", Commands: incr}
+					if err = s.ApplyJoint(t.Context(), []*engine.Batch{b, twin}, outs); err == nil {
+						err = s.Sync(t.Context())
+					}
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				acked[w].Store(outs[0].Results[0].Int)
+			}
+		})
+	}
+
+	for round := range 12 {
+		for acked[round%workers].Load() < int64(round+1)*8 && !t.Failed() {
+			runtime.Gosched() // let the callers get ahead of the last copy
+		}
+		var want [workers]int64
+		for w := range workers {
+			want[w] = acked[w].Load()
+		}
+		c := cfg
+		c.FS = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+		copied, err := Open(c)
+		if err != nil {
+			t.Fatalf("copy %d: %v", round, err)
+		}
+		for w := range workers {
+			var out engine.StepResult
+			if err := engine.New(copied).Apply(t.Context(), fmt.Sprintf("p%d", w), &out, engine.Get("n")); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := strconv.ParseInt(out.Results[0].Value, 10, 64); got < want[w] {
+				t.Errorf("copy %d: p%d holds %d after a power loss, %d were acknowledged", round, w, got, want[w])
+			}
+		}
+		if err := copied.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

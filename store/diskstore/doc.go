@@ -26,9 +26,10 @@
 // little: on a two-core machine with 64 writers the store runs at about
 // Pebble's own synced group-commit rate (see bench_test.go and
 // docs/decisions/0001-embedded-engine.md). Choose interval or never only
-// for quotas whose loss on a crash is acceptable; never loses acknowledged
-// batches even to a process crash, because Pebble writes its log to the
-// operating system a 32 KiB block at a time.
+// for quotas whose loss on a crash is acceptable. Under never even a
+// process crash loses acknowledged batches (interval, too, loses those of
+// its last interval): Pebble hands its log to the operating system a
+// 32 KiB block at a time, or when an fsync is asked for.
 //
 // # Batches
 //
@@ -74,10 +75,11 @@
 // or loses whole; it is deferred like ApplyDeferred, each written partition
 // counted unsynced until its fsync (see joint.go).
 //
-// If an fsync fails, memory is ahead of the disk and Pebble's log refuses
-// every later write: the store fails stop. Every later call returns an
-// error wrapping engine.ErrUnavailable, and reopening the directory
-// recovers exactly what reached the disk.
+// If an fsync fails, memory is ahead of the disk, and Pebble's log takes a
+// few more records before it panics on a commit: the store fails stop and
+// commits nothing more, not even the calls already inside it. Every later
+// call returns an error wrapping engine.ErrUnavailable, and reopening the
+// directory recovers exactly what reached the disk.
 //
 // # Memory
 //

@@ -137,6 +137,9 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 		return nil, nil
 	}
 
+	if err := s.failure(); err != nil {
+		return nil, err // entered before an fsync failed: see failure
+	}
 	pb := s.db.NewBatch()
 	w := j.workers[0]
 	for i, p := range j.parts[:n] {

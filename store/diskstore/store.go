@@ -379,10 +379,14 @@ func rewritten(writes []engine.Write, i int) bool {
 // member's writes being in the log before it. Without the groups each
 // caller wrote a record of its own: Pebble already fsyncs concurrent
 // records together, so each fsync covers as much as before, but every
-// record was a pass through Pebble's commit pipeline. A member waits as
-// long as it would have (its own record could not have been fsynced by
-// the fsync in flight, which began before it was written), plus the
-// hand-over to the group's writer.
+// record was a pass through Pebble's commit pipeline. A member nearly
+// always waits as long as it would have (its own record could not have
+// been fsynced by the fsync in flight, which began before it was
+// written), plus the hand-over to the group's writer. The exception is a
+// member that arrives while the writer in flight has not yet had its own
+// record sequenced (its commit is in Pebble's pipeline, or stalled there
+// behind a full memtable): its own record would have shared that fsync,
+// and it waits for the next.
 func (s *Store) syncLog() error {
 	s.smu.Lock()
 	if !s.syncing {
@@ -418,11 +422,16 @@ func (s *Store) leadSync(g *syncGroup) error {
 	// Every member's writes precede this: each joined g before its
 	// group was taken (under smu), and the record is written after.
 	covered := s.durable.committed.Load()
-	err := s.logSync()
-	if err != nil {
-		err = s.fail(err)
-	} else {
-		s.durable.advance(covered)
+	// Once an fsync has failed nothing more goes into the log (see
+	// failure): the group formed behind the failed fsync, a barrier or a
+	// deferred round's wait is answered with the failure.
+	err := s.failure()
+	if err == nil {
+		if err = s.logSync(); err != nil {
+			err = s.fail(err)
+		} else {
+			s.durable.advance(covered)
+		}
 	}
 	if g != nil {
 		g.err = err
@@ -456,9 +465,10 @@ func (s *Store) logSync() error {
 
 // fail records err as the reason the store can no longer serve and returns
 // it wrapped in engine.ErrUnavailable. A failed fsync leaves memory ahead of
-// the disk (the partitions have already moved on), and Pebble's log refuses
-// every later write, so the store answers nothing more: reopening it
-// recovers exactly what reached the disk.
+// the disk (the partitions have already moved on), and Pebble's log cannot
+// be trusted with another write (see failure), so the store answers and
+// commits nothing more: reopening it recovers exactly what reached the
+// disk.
 func (s *Store) fail(err error) error {
 	err = fmt.Errorf("%w: diskstore: write-ahead log: %w", engine.ErrUnavailable, err)
 	if s.failed.CompareAndSwap(nil, &err) {
@@ -467,6 +477,11 @@ func (s *Store) fail(err error) error {
 	return err
 }
 
+// failure returns the error that failed the store, or nil. Nothing is
+// committed to Pebble once it is set: after a failed fsync Pebble's log
+// still takes records until its current 32 KiB block is full, and the
+// commit after that panics inside Pebble's commit pipeline (with its lock
+// held). A commit made after the failure could never be answered anyway.
 func (s *Store) failure() error {
 	if e := s.failed.Load(); e != nil {
 		return *e

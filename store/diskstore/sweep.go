@@ -153,6 +153,9 @@ func (s *Store) sweepPartition(now int64, entries []due) (int, error) {
 			gone = append(gone, e.key)
 		}
 	}
+	if err := s.failure(); err != nil {
+		return 0, err // the pass began before an fsync failed: see failure
+	}
 	// A lost sweep is redone by a later pass: no need to wait for an fsync.
 	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
 		return 0, unavailable(err)

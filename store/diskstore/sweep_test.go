@@ -1,9 +1,11 @@
 package diskstore
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -354,6 +356,42 @@ func TestBackgroundLoop(t *testing.T) {
 		}
 		if err := s.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
+		}
+	})
+}
+
+// TestSweepCommitsNothingAfterAFailedFsync runs a sweep pass that has read
+// its index entries and waits for a partition's lock while an fsync fails:
+// the pass deletes nothing once the store has failed, as no other commit
+// does (see TestNothingIsLoggedAfterAFailedFsync).
+func TestSweepCommitsNothingAfterAFailedFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clock := testclock.At(t0)
+		s, log := openStalled(t, func(cfg *Config) { cfg.Clock = clock; cfg.SweepInterval = time.Hour })
+		apply(t, s, "p", engine.Incr("n", 1, 1_000))
+		clock.Advance(time.Hour) // the record has expired, its bucket ended
+
+		p := resident(s, "p")
+		p.mu.Lock()
+		swept := make(chan error, 1)
+		go func() {
+			_, err := s.sweep(engine.UnixMilli(clock))
+			swept <- err
+		}()
+		for p.pins.Load() < 1 { // the pass has its entries and waits for p
+			runtime.Gosched()
+		}
+		log.breakSync()
+		if err := s.Sync(t.Context()); !errors.Is(err, engine.ErrUnavailable) {
+			t.Fatalf("Sync with the fsync failing: %v, want ErrUnavailable", err)
+		}
+		before := s.db.Metrics().WAL.BytesIn
+		p.mu.Unlock()
+		if err := <-swept; !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("a sweep pass that began before the failure: %v, want ErrUnavailable", err)
+		}
+		if n := s.db.Metrics().WAL.BytesIn - before; n != 0 {
+			t.Errorf("the sweep put %d bytes into the log after its fsync failed, want none", n)
 		}
 	})
 }

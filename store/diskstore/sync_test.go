@@ -554,3 +554,78 @@ func TestSyncsShareARecord(t *testing.T) {
 		gated.Store(false)
 	})
 }
+
+// TestNothingIsLoggedAfterAFailedFsync makes an fsync fail while callers of
+// every kind that commit to the log are already inside the store: a round's
+// writer and a Sync whose fsync is held, Syncs queued behind them as one
+// group, and a batch and a joint step that have entered but wait for their
+// partition's lock. Every one is answered with the failure, and none puts a
+// record into the failed log: Pebble takes records after a failed fsync
+// until its next block is full, then treats the next commit as fatal (its
+// logger's Fatalf panics).
+func TestNothingIsLoggedAfterAFailedFsync(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, log := openStalled(t, func(*Config) {})
+		eng := engine.New(s)
+		apply(t, s, "p", engine.Incr("n", 1, 60_000))
+		apply(t, s, "r", engine.Incr("n", 1, 60_000))
+		async := func(f func() error) <-chan error {
+			done := make(chan error, 1)
+			go func() { done <- f() }()
+			return done
+		}
+		sync := func() error { return s.Sync(t.Context()) }
+
+		log.hold()
+		wrote := async(func() error {
+			var out engine.StepResult
+			return eng.Apply(t.Context(), "q", &out, engine.Incr("n", 1, 60_000))
+		})
+		synctest.Wait()
+		lead := async(sync)
+		synctest.Wait() // its record written, its fsync held
+		group := []<-chan error{async(sync), async(sync), async(sync)}
+		synctest.Wait()
+
+		p := resident(s, "p")
+		p.mu.Lock()
+		round := async(func() error {
+			var out engine.StepResult
+			return eng.Apply(t.Context(), "p", &out, engine.Incr("n", 1, 60_000))
+		})
+		joint := async(func() error {
+			bs := []*engine.Batch{
+				{Partition: "p", Commands: []engine.Command{engine.Incr("j", 1, 60_000)}},
+				{Partition: "r", Commands: []engine.Command{engine.Incr("j", 1, 60_000)}},
+			}
+			return s.ApplyJoint(t.Context(), bs, make([]engine.StepResult, 2))
+		})
+		for p.pins.Load() < 2 { // both have entered the store
+			runtime.Gosched()
+		}
+		before := s.db.Metrics().WAL.BytesIn
+		log.breakSync()
+		log.unhold()
+		for name, done := range map[string]<-chan error{"the round": wrote, "the Sync": lead} {
+			if err := <-done; !errors.Is(err, engine.ErrUnavailable) {
+				t.Errorf("%s whose fsync failed: %v, want ErrUnavailable", name, err)
+			}
+		}
+		for i, done := range group {
+			if err := <-done; !errors.Is(err, engine.ErrUnavailable) {
+				t.Errorf("Sync %d of the group behind the failed fsync: %v, want ErrUnavailable", i, err)
+			}
+		}
+		p.mu.Unlock()
+		if err := <-round; !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("a batch that entered before the failure: %v, want ErrUnavailable", err)
+		}
+		if err := <-joint; !errors.Is(err, engine.ErrUnavailable) {
+			t.Errorf("a joint step that entered before the failure: %v, want ErrUnavailable", err)
+		}
+		synctest.Wait()
+		if n := s.db.Metrics().WAL.BytesIn - before; n != 0 {
+			t.Errorf("%d bytes went into the log after its fsync failed, want none", n)
+		}
+	})
+}
