@@ -137,6 +137,12 @@ func TestServersShareOneAllowanceAndOneQuota(t *testing.T) {
 		var book ledger
 		var progress, limited, stopped atomic.Int64
 		events := make(chan int64, workers*rpcs/step+1)
+		// RPC p starts once the events of the RPCs before it have run:
+		// the events land among the RPCs as planned, however the
+		// goroutines are scheduled, and the run crosses midnight.
+		var gate sync.Mutex
+		turn := sync.NewCond(&gate)
+		processed := int64(0) // events run so far
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Add(1)
@@ -150,6 +156,12 @@ func TestServersShareOneAllowanceAndOneQuota(t *testing.T) {
 					return rng.IntN(all)
 				}
 				for range rpcs {
+					p := progress.Add(1)
+					gate.Lock()
+					for processed < (p-1)/step {
+						turn.Wait()
+					}
+					gate.Unlock()
 					a := srv[rng.IntN(servers)].Load()
 					n := 1 + rng.IntN(3)
 					s := pick(4, 80)
@@ -169,7 +181,7 @@ func TestServersShareOneAllowanceAndOneQuota(t *testing.T) {
 					default:
 						t.Errorf("refusal %v, want guard_limited or guard_stopped", err)
 					}
-					if p := progress.Add(1); p%step == 0 {
+					if p%step == 0 {
 						events <- p
 					}
 				}
@@ -206,6 +218,10 @@ func TestServersShareOneAllowanceAndOneQuota(t *testing.T) {
 				}
 				resets[day]["principal "+p]++
 			}
+			gate.Lock()
+			processed++
+			turn.Broadcast()
+			gate.Unlock()
 		}
 		t.Logf("%d refused by a quota, %d by a stop", limited.Load(), stopped.Load())
 
