@@ -296,7 +296,7 @@ func (s *Server) writeLimiterError(w http.ResponseWriter, name string, err error
 func readLimiterBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	body, err := wire.ReadBody(r.Body, maxControlBody)
 	if errors.Is(err, wire.ErrBodyTooLarge) {
-		writeProblem(w, wire.CodeTooLarge, "limiter body over 4 KiB")
+		writeTooLarge(w, r, "limiter body over 4 KiB")
 		return nil, false
 	}
 	if err != nil {

@@ -444,3 +444,33 @@ func TestPingReportsTheLimitersFeature(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitsBodyOverBoundClosesTheConnection: a limiter or policy body over
+// 4 KiB answers 413 and closes the HTTP/1.1 connection, as every 413 does,
+// rather than leaving net/http to drain up to 256 KiB more of it first.
+func TestLimitsBodyOverBoundClosesTheConnection(t *testing.T) {
+	h := newLimHarness(t, nil)
+	huge := `{"limit":1,"pad":"` + strings.Repeat("x", 5<<10) + `"}`
+	for _, c := range []struct{ method, path string }{
+		{http.MethodPut, "/v1/limiters/big"},
+		{http.MethodPatch, "/v1/limiters/big"},
+		{http.MethodPut, "/v1/policies/big"},
+	} {
+		req, err := http.NewRequest(c.method, h.url+c.path, strings.NewReader(huge))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+limKey)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s %s: %d, want 413", c.method, c.path, resp.StatusCode)
+		}
+		if resp.ProtoMajor != 1 || !resp.Close {
+			t.Errorf("%s %s: HTTP/%d answer keeps the connection, want it closed", c.method, c.path, resp.ProtoMajor)
+		}
+	}
+}

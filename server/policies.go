@@ -118,7 +118,7 @@ func (s *Server) handlePolicy(w http.ResponseWriter, r *http.Request) {
 func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, name string) {
 	body, err := wire.ReadBody(r.Body, maxControlBody)
 	if errors.Is(err, wire.ErrBodyTooLarge) {
-		writeProblem(w, wire.CodeTooLarge, "policy body over 4 KiB")
+		writeTooLarge(w, r, "policy body over 4 KiB")
 		return
 	}
 	if err != nil {
