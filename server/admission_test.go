@@ -402,7 +402,7 @@ func TestAuditListsFairnessResets(t *testing.T) {
 	if len(first.Records) != 2 || first.Next != 2 || len(second.Records) != 1 || second.Records[0].Seq != 1 || second.Next != 0 {
 		t.Errorf("pages of 2: %+v then %+v", first, second)
 	}
-	for _, query := range []string{"?limit=0", "?limit=1001", "?limit=x", "?before=-1", "?limit=1&limit=2", "?page=2"} {
+	for _, query := range []string{"?limit=0", "?limit=1001", "?limit=x", "?before=-1", "?limit=1&limit=2", "?page=2", "?limit=2;before=3", "?limit=%zz", "?before=2&limit=%"} {
 		if c := code(t, h.operator(http.MethodGet, wire.PathAudit+query, "")); c != wire.CodeInvalid {
 			t.Errorf("GET %s: %s, want invalid", query, c)
 		}

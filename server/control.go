@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -228,9 +229,16 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, wire.CodeInvalid, "admission is not enabled on this server: there are no fairness resets to list")
 		return
 	}
+	// r.URL.Query would drop a pair it cannot parse (a ';', a bad
+	// escape) and read the page without it, from the newest.
+	query, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, "malformed query: "+err.Error())
+		return
+	}
 	var limit int
 	var before int64
-	for name, values := range r.URL.Query() {
+	for name, values := range query {
 		if len(values) != 1 {
 			writeProblem(w, wire.CodeInvalid, fmt.Sprintf("query parameter %q given %d times", name, len(values)))
 			return
