@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,8 +83,30 @@ func New(eng *engine.Engine, cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A path that is not in its clean form
+// ("//v1/rpc", "/v1/./ping") names no endpoint: it answers 404 not_found,
+// where http.ServeMux would redirect it, with no problem document, to the
+// path cleaned.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; r.Method != http.MethodConnect && !isCleanPath(p) {
+		writeProblem(w, wire.CodeNotFound, "no such endpoint")
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// isCleanPath reports whether p is a path http.ServeMux serves as it is,
+// rather than redirecting it: rooted, with no empty, "." or ".." element
+// (a trailing slash aside).
+func isCleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	if p == "/" {
+		return true
+	}
+	return path.Clean(p) == strings.TrimSuffix(p, "/")
+}
 
 func (s *Server) routes() {
 	s.mux = http.NewServeMux()

@@ -227,9 +227,18 @@ func TestMethodAndPathAnswers(t *testing.T) {
 		{http.MethodPost, wire.PathPing, http.StatusMethodNotAllowed, "GET, HEAD"},
 		{http.MethodDelete, wire.PathStop, http.StatusMethodNotAllowed, "POST"},
 		{http.MethodGet, "/v1/nothing", http.StatusNotFound, ""},
+		// Paths not in their clean form name no endpoint either; they are
+		// not redirected.
+		{http.MethodPost, "//v1/rpc", http.StatusNotFound, ""},
+		{http.MethodPost, "/v1/../v1/rpcs", http.StatusNotFound, ""},
+		{http.MethodGet, "/v1/./ping", http.StatusNotFound, ""},
+		{http.MethodGet, "/control//state", http.StatusNotFound, ""},
+		{http.MethodGet, "/v1/limiters/./x", http.StatusNotFound, ""},
 	} {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		req := httptest.NewRequest(tc.method, "/", nil)
+		req.URL.Path = tc.path // as sent, not cleaned
+		s.ServeHTTP(rec, req)
 		if rec.Code != tc.status || rec.Header().Get("Allow") != tc.allow || rec.Header().Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s: %d Allow %q %s, want %d Allow %q", tc.method, tc.path, rec.Code, rec.Header().Get("Allow"), rec.Header().Get("Content-Type"), tc.status, tc.allow)
 		}
