@@ -287,20 +287,37 @@ end
 -- entries, which it has set.
 local packedT, ttlsT = {}, {}
 
--- clock sets the call's clock from c, the call's ARGV[2].
+-- MAX_EXACT_MS bounds an overridden clock (maxExactMs in keys.go).
+local MAX_EXACT_MS = 4503599627370496
+
+-- clock sets the call's clock from c, the call's ARGV[2], and reports
+-- whether c is a clock: "", or an integer in decimal within ±2^52 (not
+-- "nan", "1e12" or any other spelling tonumber reads).
 local function clock(c)
 	if c == '' then
 		local t = redis.call('TIME')
 		now = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-	else
-		now = tonumber(c)
+		return true
 	end
+	if type(c) ~= 'string' or not string.find(c, '^%-?%d+$') then
+		return false
+	end
+	now = tonumber(c)
+	return now >= -MAX_EXACT_MS and now <= MAX_EXACT_MS
+end
+
+-- badClock is the failure reply to a call whose clock is not one.
+local function badClock(c)
+	return {INVALID, 0, 'clock ' .. string.format('%q', tostring(c)) .. ' is not an integer within 2^52 ms'}
 end
 
 -- begin sets the call's clock from argv[2] and empties the tables of the
--- previous call, which nothing keeps past it.
+-- previous call, which nothing keeps past it. It reports whether argv[2]
+-- is a clock, as clock does.
 local function begin(argv)
-	clock(argv[2])
+	if not clock(argv[2]) then
+		return false
+	end
 	for k in pairs(cache) do
 		cache[k] = nil
 	end
@@ -310,6 +327,7 @@ local function begin(argv)
 	for i = #order, 1, -1 do
 		order[i] = nil
 	end
+	return true
 end
 
 -- failed returns the reply to a batch whose evaluation raised err: the
@@ -375,7 +393,9 @@ end
 -- store runs joint steps only where every key is on one node: across a
 -- cluster's slots Redis refuses the call (CROSSSLOT) before it runs.
 local function joint(keys, argv)
-	begin(argv)
+	if not begin(argv) then
+		return badClock(argv[2])
+	end
 	local reply = {0, 0}
 	local ki, ai = 1, 4
 	for b = 1, tonumber(argv[3]) do
@@ -410,10 +430,23 @@ end
 -- <limit> <window>" (see prelude.lua), memoised: a store sends the same
 -- few specs (its limits) over and over, and one argument and one lookup
 -- cost Redis less than five of each. Every call reads the array it
--- returns and none changes it.
+-- returns and none changes it. A spec that is not five decimal integers
+-- (tonumber would also read "nan", "inf", "1e3", "0x10", "-1", "1.5")
+-- within a hit's bounds, with a grace of at most MAX_WINDOW, is nil, and
+-- never memoised.
 local spec = memoised(function(s)
-	local g, c, k, l, w = string.match(s, '^(%S+) (%S+) (%S+) (%S+) (%S+)$')
-	return {tonumber(g), tonumber(c), tonumber(k), tonumber(l), tonumber(w)}
+	if type(s) ~= 'string' then
+		return nil
+	end
+	local g, c, k, l, w = string.match(s, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+	if not g then
+		return nil
+	end
+	g, c, k, l, w = tonumber(g), tonumber(c), tonumber(k), tonumber(l), tonumber(w)
+	if g > MAX_WINDOW or not validHit(c, k, l, w) then
+		return nil
+	end
+	return {g, c, k, l, w}
 end)
 
 -- SET ... KEEPTTL exists from Redis 6.0 on; the script uses it where
@@ -430,8 +463,13 @@ local KEEPTTL = redis.REDIS_VERSION_NUM ~= nil
 -- setting the same instant again. Under an overridden clock (grace not
 -- 0) the expiry is always set.
 local function loneHit(keys, argv)
-	clock(argv[2])
+	if not clock(argv[2]) then
+		return badClock(argv[2])
+	end
 	local sp = spec(argv[4])
+	if not sp or #keys ~= 1 or #argv ~= 4 then
+		return {INVALID, 1, 'malformed lone hit: ' .. #keys .. ' keys, spec ' .. string.format('%q', tostring(argv[4]))}
+	end
 	prefix, grace = argv[3], sp[1]
 	if not windows then
 		windows, hitOne = buildWindows(S)
@@ -466,7 +504,9 @@ local function batch(keys, argv)
 	if format ~= FORMAT then
 		return {INVALID, 0, 'script format ' .. FORMAT .. ', called with ' .. tostring(format)}
 	end
-	begin(argv)
+	if not begin(argv) then
+		return badClock(argv[2])
+	end
 	local reply = evaluateBatch(keys, argv)
 	if reply[1] == 0 then
 		writeAll()

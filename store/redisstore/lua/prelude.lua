@@ -25,6 +25,11 @@
 -- 2^74 and are computed exactly by muldiv. The sliding window's estimate is
 -- floating point in Go too, and the operations below round identically
 -- (IEEE double, one rounding per operation, no fused multiply-add).
+-- The Go side sends only decimal integers within those bounds, but Lua's
+-- tonumber also reads "nan", "inf", "1e3", "0x10": so an overridden clock
+-- and every hit's cost, kind, limit and window are checked (clock,
+-- validHit, spec) before anything is evaluated, and a call outside them is
+-- answered INVALID, never evaluated (a NaN limit would admit every hit).
 --
 -- Two forms, one source. Every file defines functions and constants only;
 -- the entry point is batch(keys, argv) at the end of batch.lua. store.go

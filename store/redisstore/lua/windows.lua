@@ -9,6 +9,35 @@
 -- decision as four values: allowed, remaining, resetAt, retry (so that a
 -- lone hit builds no table for it).
 
+-- The bounds of a hit (algo.Limit.Validate, ValidateCost). The batch code
+-- checks every hit against them before it evaluates it, so that no hit the
+-- Go side would refuse is ever evaluated: a limit of NaN, which tonumber
+-- reads from "nan", compares false with every count and would admit every
+-- hit.
+local MAX_LOG_LIMIT = 4096 -- algo.MaxLogLimit
+local MAX_WINDOW = 10368000000 -- algo.MaxWindow, 120 days in ms
+local MAX_WINDOWS_PER_HIT = 4 -- engine.MaxWindowsPerHit
+
+-- isWhole reports whether v is a number with no fraction (NaN is not;
+-- infinities are, and every bound below excludes them).
+local function isWhole(v)
+	return type(v) == 'number' and v == floor(v)
+end
+
+-- validHit reports whether a hit of cost on a window of kind, limit and
+-- window is within algo's bounds.
+local function validHit(cost, kind, limit, window)
+	if kind ~= 1 and kind ~= 2 and kind ~= 3 and kind ~= 4 then
+		return false
+	end
+	local maxLimit = MAX_LIMIT
+	if kind == 3 then
+		maxLimit = MAX_LOG_LIMIT
+	end
+	return isWhole(limit) and limit >= 1 and limit <= maxLimit and isWhole(window) and window >= 1 and window <= MAX_WINDOW and
+		isWhole(cost) and cost >= 1 and cost <= limit
+end
+
 local function buildWindows(S)
 	local get, put, del, fail, wrongType, need, isNumber, value, key, arg, num, addWindow, name = S.get, S.put, S.del, S.fail, S.wrongType, S.need, S.isNumber, S.value, S.key, S.arg, S.num, S.addWindow, S.name
 	local load = S.load
@@ -361,6 +390,9 @@ local function buildWindows(S)
 
 	local function cmdHit(r)
 		local cost, n = num(), num()
+		if not isWhole(n) or n < 1 or n > MAX_WINDOWS_PER_HIT then
+			fail(INVALID, 'hit of ' .. tostring(n) .. ' windows')
+		end
 		local ws = r[WINDOWS]
 		for i = 1, n do
 			local k = key()
@@ -370,6 +402,9 @@ local function buildWindows(S)
 				limits[i] = l
 			end
 			l.kind, l.limit, l.window = num(), num(), num()
+			if k == nil or not validHit(cost, l.kind, l.limit, l.window) then
+				fail(INVALID, 'hit of window ' .. i .. ' outside the bounds of a hit')
+			end
 			keys[i] = k
 			local kind = WINDOW_RECORD[l.kind]
 			local st = EMPTY[l.kind]
