@@ -34,6 +34,7 @@ import (
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/diskstore"
@@ -54,11 +55,11 @@ const benchTotal = algo.MaxLimit
 func runParallel(b *testing.B, body func(*testing.PB)) {
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
-	before, ok := processCPU()
+	before, ok := cputime.Process()
 	b.ResetTimer()
 	b.RunParallel(body)
 	b.StopTimer()
-	if after, ok2 := processCPU(); ok && ok2 && b.N > 0 {
+	if after, ok2 := cputime.Process(); ok && ok2 && b.N > 0 {
 		b.ReportMetric(float64(after-before)/float64(b.N), "cpu-ns/op")
 	}
 }

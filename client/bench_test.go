@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -53,7 +54,7 @@ func benchRPC(b *testing.B, version client.HTTPVersion, steps, cmds, coalesce in
 	const goroutines = 64
 	b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
 	b.ReportAllocs()
-	before, ok := processCPU()
+	before, ok := cputime.Process()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		r := &engine.Request{Mode: engine.All, Steps: make([]engine.Step, steps)}
@@ -73,7 +74,7 @@ func benchRPC(b *testing.B, version client.HTTPVersion, steps, cmds, coalesce in
 		}
 	})
 	b.StopTimer()
-	if after, ok2 := processCPU(); ok && ok2 && b.N > 0 {
+	if after, ok2 := cputime.Process(); ok && ok2 && b.N > 0 {
 		b.ReportMetric(float64(after-before)/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/cputime"
 	"github.com/sluicehq/sluice/store/diskstore"
 )
 
@@ -36,7 +37,7 @@ func BenchmarkJoint(b *testing.B) {
 
 	b.ReportAllocs()
 	setParallelism(b)
-	before, ok := processCPU()
+	before, ok := cputime.Process()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := strconv.FormatInt(callers.Add(1), 10)
@@ -70,7 +71,7 @@ func BenchmarkJoint(b *testing.B) {
 		}
 	})
 	b.StopTimer()
-	if after, ok2 := processCPU(); ok && ok2 && b.N > 0 {
+	if after, ok2 := cputime.Process(); ok && ok2 && b.N > 0 {
 		b.ReportMetric(float64(after-before)/float64(b.N), "cpu-ns/op")
 	}
 }

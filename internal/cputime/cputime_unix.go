@@ -1,15 +1,15 @@
 //go:build unix
 
-package admission_test
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) this process has used,
-// and whether it is known.
-func processCPU() (time.Duration, bool) {
+// Process returns the CPU time (user and system, every thread) this
+// process has used, and whether it is known.
+func Process() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0, false
