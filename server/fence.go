@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,15 +32,33 @@ type FenceState struct {
 // fence caches the durable stop fence. Every RPC reads it; while the
 // cached copy is fresh that read is one atomic load, so RPCs do not
 // serialise on the fence. Reading the store, when the copy has aged past
-// the refresh interval, and writing it take mu, one at a time.
+// the refresh interval, and writing it take turn, one at a time; a caller
+// waiting for its turn gives up when its context ends, so that requests of
+// clients gone away do not pile up behind a store that hangs.
 type fence struct {
 	eng     *engine.Engine
 	refresh time.Duration
 	now     func() time.Time
 
 	cached atomic.Pointer[fenceCopy] // nil until the first read
-	mu     sync.Mutex
+	turn   chan struct{}             // holds a token while the store is read or written
 }
+
+func newFence(eng *engine.Engine, refresh time.Duration, now func() time.Time) *fence {
+	return &fence{eng: eng, refresh: refresh, now: now, turn: make(chan struct{}, 1)}
+}
+
+// lock waits for the turn to read or write the store, or for ctx to end.
+func (f *fence) lock(ctx context.Context) error {
+	select {
+	case f.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (f *fence) unlock() { <-f.turn }
 
 // fenceCopy is the fence as read from or written to the store at loadedAt.
 type fenceCopy struct {
@@ -65,11 +82,13 @@ func (f *fence) get(ctx context.Context) (FenceState, error) {
 	if c := f.fresh(f.now()); c != nil {
 		return c.state, nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	if err := f.lock(ctx); err != nil {
+		return FenceState{}, fmt.Errorf("reading the stop fence: %w", err)
+	}
+	defer f.unlock()
 	now := f.now()
 	if c := f.fresh(now); c != nil {
-		return c.state, nil // read by the caller that held mu before us
+		return c.state, nil // read by the caller whose turn came before ours
 	}
 	var out engine.StepResult
 	if err := f.eng.ApplyReserved(ctx, controlPartition, &out, engine.Get(fenceKey), engine.TTL(fenceKey)); err != nil {
@@ -93,8 +112,10 @@ func (f *fence) get(ctx context.Context) (FenceState, error) {
 
 // set persists a new fence state before caching it.
 func (f *fence) set(ctx context.Context, st FenceState) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	if err := f.lock(ctx); err != nil {
+		return fmt.Errorf("writing the stop fence: %w", err)
+	}
+	defer f.unlock()
 	if err := f.write(ctx, st); err != nil {
 		return err
 	}

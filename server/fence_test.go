@@ -1,11 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,5 +142,51 @@ func TestOperatorBodyRefusals(t *testing.T) {
 	}
 	if st := h.state(); st.Stopped {
 		t.Error("a refused operator body stopped the server")
+	}
+}
+
+// TestFenceReadWaitsNoLongerThanItsCaller holds the store's read of the
+// fence: a request arriving meanwhile, whose client has gone away (its
+// context ended), is answered at once rather than queued behind the read,
+// so that requests do not pile up behind a store that hangs; the held read,
+// once released, still answers its own request.
+func TestFenceReadWaitsNoLongerThanItsCaller(t *testing.T) {
+	mem, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	st := &fenceStore{Store: mem}
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
+	cfg.FenceRefresh = 0 // every RPC reads the fence from the store
+	h := &admHarness{t: t, srv: server.New(engine.New(st), cfg)}
+
+	st.holdNext()
+	first := make(chan int, 1)
+	go func() { first <- h.rpc(get(admission.DefaultFamily, "k")).Code }()
+	<-st.held // the first RPC's read of the fence is in the store
+
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	r := get(admission.DefaultFamily, "k")
+	r.OperationID = engine.NewOperationID()
+	body, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequestWithContext(gone, http.MethodPost, wire.PathRPC, bytes.NewReader(body))
+	ts := time.Now().Unix()
+	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(admSecret), ts, http.MethodPost, wire.PathRPC, body))
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, req) // with a lock that ignores the context, this waits for the release
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a request whose client went away, during a held fence read: %d %s, want 503", rec.Code, rec.Body)
+	}
+
+	close(st.release)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the RPC whose fence read was held: %d, want 200", code)
 	}
 }

@@ -78,7 +78,7 @@ func New(eng *engine.Engine, cfg Config) *Server {
 		s.opHash = sha256.Sum256([]byte(cfg.OperatorToken))
 		s.initLimiters()
 	}
-	s.fence = &fence{eng: eng, refresh: cfg.FenceRefresh, now: s.now}
+	s.fence = newFence(eng, cfg.FenceRefresh, s.now)
 	s.routes()
 	return s
 }
@@ -226,7 +226,9 @@ func (s *Server) runDeferred(ctx context.Context, body []byte, all bool) (resp *
 		return nil, wire.CodeInvalid, err.Error(), false
 	}
 	if st, err := s.fence.get(ctx); err != nil {
-		s.log.Error("stop fence unreadable", "err", err)
+		if ctx.Err() == nil { // not a caller that went away meanwhile
+			s.log.Error("stop fence unreadable", "err", err)
+		}
 		return nil, wire.CodeUnavailable, "stop fence unreadable", false
 	} else if st.Stopped {
 		return nil, wire.CodeStopped, "stopped by the operator", false
