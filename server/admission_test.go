@@ -91,6 +91,12 @@ func newAdmHarness(t *testing.T, modify func(*admission.Config)) *admHarness {
 // rpc sends r, signed, and returns the recorded answer.
 func (h *admHarness) rpc(r wire.Request) *httptest.ResponseRecorder {
 	h.t.Helper()
+	return h.rpcContext(context.Background(), r)
+}
+
+// rpcContext is rpc for a request whose context is ctx.
+func (h *admHarness) rpcContext(ctx context.Context, r wire.Request) *httptest.ResponseRecorder {
+	h.t.Helper()
 	if r.OperationID == "" {
 		r.OperationID = engine.NewOperationID()
 	}
@@ -98,7 +104,7 @@ func (h *admHarness) rpc(r wire.Request) *httptest.ResponseRecorder {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	req := httptest.NewRequest(http.MethodPost, wire.PathRPC, bytes.NewReader(body))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, wire.PathRPC, bytes.NewReader(body))
 	ts := time.Now().Unix()
 	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(admSecret), ts, http.MethodPost, wire.PathRPC, body))

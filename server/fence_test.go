@@ -1,14 +1,11 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,6 +49,22 @@ func (s *fenceStore) Apply(ctx context.Context, b *engine.Batch, out *engine.Ste
 	return s.Store.Apply(ctx, b, out)
 }
 
+// fenceHarness returns a server over a fenceStore on memstore whose copy
+// of the fence is fresh for refresh, and the store.
+func fenceHarness(t *testing.T, refresh time.Duration) (*fenceStore, *admHarness) {
+	t.Helper()
+	mem, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	st := &fenceStore{Store: mem}
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
+	cfg.FenceRefresh = refresh
+	return st, &admHarness{t: t, srv: server.New(engine.New(st), cfg)}
+}
+
 // holdNext arms the store to hold the next batch on the fence's partition.
 func (s *fenceStore) holdNext() {
 	s.mu.Lock()
@@ -65,16 +78,7 @@ func (s *fenceStore) holdNext() {
 // store's fence no more than once per refresh interval. Once the stop is
 // acknowledged, every RPC is refused.
 func TestFenceWriteHoldsUpNoRPC(t *testing.T) {
-	mem, err := memstore.New(memstore.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mem.Close() })
-	st := &fenceStore{Store: mem}
-	cfg := server.DefaultConfig()
-	cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
-	cfg.FenceRefresh = time.Hour // the copy stays fresh for the whole test
-	h := &admHarness{t: t, srv: server.New(engine.New(st), cfg)}
+	st, h := fenceHarness(t, time.Hour) // the copy stays fresh for the whole test
 
 	for i := range 10 {
 		if rec := h.rpc(get(admission.DefaultFamily, "k")); rec.Code != http.StatusOK {
@@ -151,16 +155,7 @@ func TestOperatorBodyRefusals(t *testing.T) {
 // so that requests do not pile up behind a store that hangs; the held read,
 // once released, still answers its own request.
 func TestFenceReadWaitsNoLongerThanItsCaller(t *testing.T) {
-	mem, err := memstore.New(memstore.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mem.Close() })
-	st := &fenceStore{Store: mem}
-	cfg := server.DefaultConfig()
-	cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
-	cfg.FenceRefresh = 0 // every RPC reads the fence from the store
-	h := &admHarness{t: t, srv: server.New(engine.New(st), cfg)}
+	st, h := fenceHarness(t, 0) // every RPC reads the fence from the store
 
 	st.holdNext()
 	first := make(chan int, 1)
@@ -169,18 +164,7 @@ func TestFenceReadWaitsNoLongerThanItsCaller(t *testing.T) {
 
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
-	r := get(admission.DefaultFamily, "k")
-	r.OperationID = engine.NewOperationID()
-	body, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := httptest.NewRequestWithContext(gone, http.MethodPost, wire.PathRPC, bytes.NewReader(body))
-	ts := time.Now().Unix()
-	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(admSecret), ts, http.MethodPost, wire.PathRPC, body))
-	rec := httptest.NewRecorder()
-	h.srv.ServeHTTP(rec, req) // with a lock that ignores the context, this waits for the release
+	rec := h.rpcContext(gone, get(admission.DefaultFamily, "k")) // with a lock that ignores the context, this waits for the release
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("a request whose client went away, during a held fence read: %d %s, want 503", rec.Code, rec.Body)
 	}
