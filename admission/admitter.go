@@ -35,6 +35,9 @@ type Admitter struct {
 	// denials remembers identities found exhausted (see fairness.go); nil
 	// when the denial shortcut is switched off.
 	denials *lru.Cache[denialKey, denial]
+	// leases holds what this server reserved ahead of identities' quotas
+	// (see leases.go); nil when Config.QuotaChunk is zero.
+	leases *lru.Cache[leaseKey, *quotaLease]
 }
 
 // family is one family's configuration and this server's state for it.
@@ -54,6 +57,10 @@ type family struct {
 	// reserved partitions holding the family's source and principal
 	// quotas (whole names, as engine.ReservedPartition returns them).
 	quotaPartition, principalPartition string
+	// quotaChunk is, per axis, what a charge reserves ahead of an
+	// identity's quota: Config.QuotaChunk capped at 1 % of the axis' share
+	// (0: nothing).
+	quotaChunk [numAxes]int64
 	// limited are the guard_limited answers, one per axis, built once so a
 	// denial allocates nothing.
 	limited [numAxes]error
@@ -88,6 +95,11 @@ type family struct {
 	// (sideSource, sidePrincipal): it moves on after every refund and
 	// fairness reset this server makes or learns of (see fairness.go).
 	gen [2]atomic.Int64
+	// leaseMu guards the family's quota leases; leaseEpoch moves on with
+	// every fairness reset this server makes or learns of, and a lease
+	// holds only for the epoch it was reserved in (see leases.go).
+	leaseMu    sync.Mutex
+	leaseEpoch atomic.Int64
 	// deniedDay is the last day a denial of this family was remembered:
 	// before the first one of a day, admissions skip the lookups.
 	deniedDay atomic.Int64
@@ -137,6 +149,9 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 		a.invalid = "invalid admission configuration: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 		return a
 	}
+	if cfg.QuotaChunk > 0 {
+		a.leases = newLeases()
+	}
 	for name, n := range allowances {
 		sh := cfg.Shares
 		if fs, ok := cfg.FamilyShares[name]; ok {
@@ -164,6 +179,9 @@ func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
 	}
 	for ax := range numAxes {
 		f.limits[ax] = allowance / sh.divisor(ax)
+		if cfg.QuotaChunk > 0 {
+			f.quotaChunk[ax] = min(cfg.QuotaChunk, f.limits[ax]/100)
+		}
 		f.limited[ax] = problem(wire.CodeLimited, fmt.Sprintf("family %q: %s quota exhausted for today", name, axisNames[ax]))
 	}
 	return f
@@ -238,11 +256,10 @@ func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pendin
 		return false, err
 	}
 	if id := a.identities(f, req); !id.none() {
-		if err := a.chargeHeld(ctx, f, c, &id, day, n); err != nil {
+		if pending, err = a.chargeHeld(ctx, f, c, &id, day, n); err != nil {
 			a.maybeWarn(ctx, f, c, left+n)
 			return false, err
 		}
-		pending = true // charged, deferred
 	} else if err := a.stoppedMeanwhile(f, day); err != nil {
 		c.giveBack(n)
 		return false, err
@@ -270,7 +287,10 @@ func (a *Admitter) stoppedMeanwhile(f *family, day int64) error {
 // If it refuses, the commands go back to c: a refused RPC spends no family
 // allowance. The hold ends however the charge ends, so that a lease
 // waiting for it (awaitHolds) never waits longer than the charge.
-func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *identities, day, n int64) (err error) {
+//
+// It reports whether the charge wrote to the store, deferred: an RPC whose
+// quotas' leases covered it wrote nothing.
+func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *identities, day, n int64) (charged bool, err error) {
 	f.held.Add(n)
 	defer func() {
 		if err != nil {
@@ -278,15 +298,12 @@ func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *iden
 		}
 		f.settle(n)
 	}()
-	if err := a.knownExhausted(f, id, day, n); err != nil {
-		return err
-	}
-	if err := a.charge(ctx, f, id, a.keysOf(day), n); err != nil {
-		return err
+	if charged, err = a.charge(ctx, f, id, a.keysOf(day), n); err != nil {
+		return false, err
 	}
 	// A stop made during the charge refuses the RPC: its quotas stay
 	// charged (an over-charge, the safe direction), its commands go back.
-	return a.stoppedMeanwhile(f, day)
+	return charged, a.stoppedMeanwhile(f, day)
 }
 
 // maybeWarn logs the warning of c's day once the commands admitted reach

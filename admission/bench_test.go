@@ -104,9 +104,12 @@ func identify(r *wire.Request, id string) {
 //	                             on most admissions
 //	identities=source+principal  the fair path: a source with its two IPv6
 //	                             tiers and a principal, distinct per
-//	                             goroutine, each charged durably (two
-//	                             batches: the source with its tiers, the
-//	                             principal)
+//	                             goroutine, charged from this server's
+//	                             quota leases, and durably (two batches:
+//	                             the source with its tiers, the principal)
+//	                             once per chunk
+//	identities=unleased          the same with no leases: every RPC's
+//	                             quotas charged durably
 //	identities=exhausted         the same RPC of a principal known to be
 //	                             exhausted: refused from the denial memory,
 //	                             without a store call
@@ -114,9 +117,12 @@ func BenchmarkAdmit(b *testing.B) {
 	for _, tc := range []struct {
 		name            string
 		fair, exhausted bool
-	}{{"identities=none", false, false}, {"identities=source+principal", true, false}, {"identities=exhausted", true, true}} {
+	}{{"identities=none", false, false}, {"identities=source+principal", true, false}, {"identities=unleased", true, false}, {"identities=exhausted", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg := benchConfig(tc.fair)
+			if tc.name == "identities=unleased" {
+				cfg.QuotaChunk = 0
+			}
 			if tc.exhausted {
 				cfg.Shares.Principal = benchTotal / 10 // a principal may spend 10
 			}
@@ -175,7 +181,12 @@ func (d *discard) WriteHeader(status int)      { d.status = status }
 //	                          its two tiers) and a principal, which are
 //	                          decoded and ignored: the baseline of on-fair
 //	admission=on-fair         one fair family, each RPC carrying a source
-//	                          (with its two tiers) and a principal
+//	                          (with its two tiers) and a principal,
+//	                          charged from this server's quota leases and
+//	                          in the store once per chunk (the default)
+//	admission=on-fair-unleased  the same with every RPC's quotas charged
+//	                          in the store (Config.QuotaChunk 0): the cost
+//	                          of an identity's first RPC of a chunk
 //
 // Each iteration also builds and signs its request (a fresh operation id,
 // so nothing is answered from a replay record), the same work in every
@@ -191,14 +202,14 @@ func BenchmarkRPC(b *testing.B) {
 // commits: the store's share of bench/rpcbench's adm-* configurations,
 // without HTTP and the client.
 //
-//	admission=on-fair            the charges in one joint step
+//	admission=on-fair-unleased   every RPC's charges in one joint step
 //	                             (engine.JointStore)
 //	admission=on-fair-two-steps  the same over the store without its joint
 //	                             steps: the source with its tiers in one
 //	                             batch, the principal in a second, as on a
 //	                             store that cannot join them
 func BenchmarkRPCDurable(b *testing.B) {
-	for _, tc := range append(rpcCases, rpcCase{"admission=on-fair-two-steps", true, true, true}) {
+	for _, tc := range append(rpcCases, rpcCase{"admission=on-fair-two-steps", true, true, true, true}) {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg := diskstore.DefaultConfig()
 			cfg.Dir = b.TempDir()
@@ -220,14 +231,14 @@ func BenchmarkRPCDurable(b *testing.B) {
 // redis-server (started by the benchmark), where each of a fair RPC's
 // charges is a round trip to Redis:
 //
-//	admission=on-fair            the charges in one joint step: one script
-//	                             call for the source, its tiers and the
-//	                             principal
+//	admission=on-fair-unleased   every RPC's charges in one joint step:
+//	                             one script call for the source, its tiers
+//	                             and the principal
 //	admission=on-fair-two-steps  the same over the store without its joint
 //	                             steps: two script calls, as on a cluster
 func BenchmarkRPCRedis(b *testing.B) {
 	srv := redistest.Start(b)
-	for i, tc := range append(rpcCases, rpcCase{"admission=on-fair-two-steps", true, true, true}) {
+	for i, tc := range append(rpcCases, rpcCase{"admission=on-fair-two-steps", true, true, true, true}) {
 		b.Run(tc.name, func(b *testing.B) {
 			cfg := redisstore.DefaultConfig()
 			cfg.Prefix = fmt.Sprint("bench", i)
@@ -264,13 +275,17 @@ type rpcCase struct {
 	name            string
 	admission, fair bool
 	identities      bool
+	// unleased charges every fair RPC's quotas in the store
+	// (Config.QuotaChunk 0).
+	unleased bool
 }
 
 var rpcCases = []rpcCase{
-	{"admission=off", false, false, false},
-	{"admission=on", true, false, false},
-	{"admission=off-identities", false, false, true},
-	{"admission=on-fair", true, true, true},
+	{"admission=off", false, false, false, false},
+	{"admission=on", true, false, false, false},
+	{"admission=off-identities", false, false, true, false},
+	{"admission=on-fair", true, true, true, false},
+	{"admission=on-fair-unleased", true, true, true, true},
 }
 
 func benchRPC(b *testing.B, eng *engine.Engine, tc rpcCase) {
@@ -278,7 +293,11 @@ func benchRPC(b *testing.B, eng *engine.Engine, tc rpcCase) {
 	cfg := server.DefaultConfig()
 	cfg.Secrets, cfg.OperatorToken = []string{secret}, strings.Repeat("o", wire.MinSecretLen)
 	if tc.admission {
-		cfg.Admission = admission.New(eng, benchConfig(tc.fair))
+		acfg := benchConfig(tc.fair)
+		if tc.unleased {
+			acfg.QuotaChunk = 0
+		}
+		cfg.Admission = admission.New(eng, acfg)
 	}
 	srv := server.New(eng, cfg)
 	var callers caller

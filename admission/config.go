@@ -20,6 +20,9 @@ const DefaultFamily = "default"
 const (
 	DefaultTotal        = 1_000_000
 	DefaultChunk        = 1_000
+	// DefaultQuotaChunk is how many commands of an identity's daily quota
+	// a server reserves ahead by default (see Config.QuotaChunk).
+	DefaultQuotaChunk = 100
 	DefaultWarnPermille = 800
 	// DefaultDenialCache is how many exhausted identities a server
 	// remembers by default.
@@ -97,6 +100,15 @@ type Config struct {
 	// EffectiveChunk). Larger chunks mean fewer durable writes and a
 	// slower budget stop on other servers sharing the store.
 	Chunk int64
+	// QuotaChunk is how many commands of an identity's daily fairness
+	// quota a server reserves ahead, beyond the RPC that needs them,
+	// capped at 1 % of that quota (see EffectiveChunk): the RPCs of a
+	// busy source or principal then mostly pass fairness without a store
+	// call. What a server holds unspent when it stops, or when its
+	// identity's lease is evicted (at most 10,000 are kept), is lost for
+	// the day: the identity is admitted less, never more. Zero charges
+	// every RPC's quotas in the store.
+	QuotaChunk int64
 	// WarnPermille is the usage, in thousandths of a family's allowance, at
 	// which a warning is logged once per family and day.
 	WarnPermille int64
@@ -136,11 +148,11 @@ type switches struct {
 }
 
 // DefaultConfig returns the defaults: 1,000,000 commands a day for one
-// family, identity shares of 1/20, chunks of 1,000, a warning at 80 %, the
-// stored state read at most once a second, 10,000 exhausted identities
-// remembered.
+// family, identity shares of 1/20, chunks of 1,000 of a family's budget
+// and of 100 of an identity's quota, a warning at 80 %, the stored state
+// read at most once a second, 10,000 exhausted identities remembered.
 func DefaultConfig() Config {
-	return Config{Total: DefaultTotal, Chunk: DefaultChunk, WarnPermille: DefaultWarnPermille,
+	return Config{Total: DefaultTotal, Chunk: DefaultChunk, QuotaChunk: DefaultQuotaChunk, WarnPermille: DefaultWarnPermille,
 		StateRefresh: time.Second, DenialCache: DefaultDenialCache}
 }
 
@@ -169,6 +181,9 @@ func (c Config) Allowances() (map[string]int64, error) {
 	}
 	if c.Chunk < 1 {
 		errs = append(errs, fmt.Errorf("chunk %d must be positive", c.Chunk))
+	}
+	if c.QuotaChunk < 0 {
+		errs = append(errs, fmt.Errorf("quota chunk %d is negative", c.QuotaChunk))
 	}
 	if c.WarnPermille < 1 || c.WarnPermille > 1000 {
 		errs = append(errs, fmt.Errorf("warning threshold %d‰ outside 1…1000", c.WarnPermille))

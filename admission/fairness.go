@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 
@@ -208,7 +209,40 @@ func sideOf(ax axis) int {
 }
 
 // charge charges n commands to id's source bucket, its prefix tiers and its
-// principal, all or none.
+// principal, all or none, and reports whether it wrote to the store
+// (deferred): an RPC whose every quota's lease holds n is charged from the
+// leases alone (see leases.go).
+func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *dayKeys, n int64) (charged bool, err error) {
+	var qs [maxQuotas]quota
+	qs2 := qs[:id.quotas(&qs)]
+	var lt leaseTake
+	if a.takeLeases(f, qs2, k.day, n, &lt) {
+		return false, nil
+	}
+	// The denial shortcut, for the quotas leases do not cover: what this
+	// server holds of an identity's quota is admitted even after the store
+	// has refused it.
+	if err := a.knownExhausted(f, id, &lt, k.day, n); err != nil {
+		a.settleLeases(f, &lt, n, 0, true)
+		return false, err
+	}
+	extra := f.extra(qs2, &lt, n)
+	err = a.chargeStore(ctx, f, id, k, &lt, n, n+extra)
+	if errors.Is(err, errOnlyExtra) {
+		// The quotas hold n but not the chunk more: charge n alone.
+		extra = 0
+		err = a.chargeStore(ctx, f, id, k, &lt, n, n)
+	}
+	a.settleLeases(f, &lt, n, extra, err != nil)
+	return err == nil, err
+}
+
+// errOnlyExtra reports a charge refused only for the chunk it reserved
+// beyond its RPC's commands.
+var errOnlyExtra = errors.New("admission: quota refused the lease's chunk only")
+
+// chargeStore charges, in the store, m commands (n for the RPC, the rest
+// for leases) to each of id's quotas that lt took nothing from.
 //
 // The source and its tiers share one partition (named by the coarsest
 // tier); the principal, whose quota is shared across all sources, lives in
@@ -223,18 +257,32 @@ func sideOf(ax axis) int {
 // the RPC spends nothing. Between the two batches a concurrent RPC may see
 // the source charged and be refused: a conservative error, never an
 // over-admission.
-func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *dayKeys, n int64) error {
+func (a *Admitter) chargeStore(ctx context.Context, f *family, id *identities, k *dayKeys, lt *leaseTake, n, m int64) error {
 	sc := scratches.Get().(*scratch)
 	defer sc.release()
 	var gens [2]int64
 	gens[sideSource], gens[sidePrincipal] = f.gen[sideSource].Load(), f.gen[sidePrincipal].Load()
+
+	// Which sides need the store: quota i (in the order of
+	// identities.quotas) does unless its lease covered it.
+	needSrc, needPrin := false, false
+	q := 0
+	if id.source != "" {
+		for range 1 + id.tierCount() {
+			needSrc = needSrc || lt.took[q] == nil
+			q++
+		}
+	}
+	if id.principal != "" {
+		needPrin = lt.took[q] == nil
+	}
 
 	// The names first, all in one piece: the source partition (named by
 	// the coarsest tier present), the keys of the source and its tiers,
 	// the principal partition. The principal's key is the day's alone.
 	srcPart, prinPart := -1, -1
 	var keys [maxQuotas]int
-	if id.source != "" {
+	if needSrc {
 		coarsest := id.source
 		for i := range tierAxes {
 			if h := id.tiers[i]; h != "" {
@@ -242,64 +290,85 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 			}
 		}
 		srcPart = sc.name(f.quotaPartition, coarsest)
-		keys[0] = sc.name(k.quota[axisSource], id.source)
+		q = 0
+		if lt.took[q] == nil {
+			keys[q] = sc.name(k.quota[axisSource], id.source)
+		}
 		for i, t := range tierAxes {
 			if h := id.tiers[i]; h != "" {
-				keys[1+i] = sc.name(k.quota[t.axis], h)
+				if q++; lt.took[q] == nil {
+					keys[q] = sc.name(k.quota[t.axis], h)
+				}
 			}
 		}
 	}
-	if id.principal != "" {
+	if needPrin {
 		prinPart = sc.name(f.principalPartition, id.principal)
 	}
 	names := sc.cut()
 
 	var partition string
-	if id.source != "" {
-		sc.add(axisSource, id.source, names[keys[0]], f.limits[axisSource])
+	if needSrc {
+		q = 0
+		if lt.took[q] == nil {
+			sc.add(axisSource, id.source, names[keys[q]], f.limits[axisSource])
+		}
 		for i, t := range tierAxes {
 			if h := id.tiers[i]; h != "" {
-				sc.add(t.axis, h, names[keys[1+i]], f.limits[t.axis])
+				if q++; lt.took[q] == nil {
+					sc.add(t.axis, h, names[keys[q]], f.limits[t.axis])
+				}
 			}
 		}
 		partition = names[srcPart]
-		if id.principal != "" && a.eng.Joins() {
+		if needPrin && a.eng.Joins() {
 			charged := sc.n
 			sc.add(axisPrincipal, id.principal, k.quotaKey(axisPrincipal, id.principal), f.limits[axisPrincipal])
-			return a.reserveJoint(ctx, f, sc, partition, names[prinPart], charged, n, k.day, &gens)
+			return a.reserveJoint(ctx, f, sc, partition, names[prinPart], charged, n, m, k.day, &gens)
 		}
-		if err := a.reserve(ctx, f, sc, partition, 0, n, k.day, &gens); err != nil {
+		if err := a.reserve(ctx, f, sc, partition, 0, n, m, k.day, &gens); err != nil {
 			return err
 		}
 	}
-	if id.principal == "" {
+	if !needPrin {
 		return nil
 	}
 	charged := sc.n
 	sc.add(axisPrincipal, id.principal, k.quotaKey(axisPrincipal, id.principal), f.limits[axisPrincipal])
-	err := a.reserve(ctx, f, sc, names[prinPart], charged, n, k.day, &gens)
+	err := a.reserve(ctx, f, sc, names[prinPart], charged, n, m, k.day, &gens)
 	if err != nil && charged > 0 {
-		a.refund(ctx, f, sc, partition, charged, n)
+		a.refund(ctx, f, sc, partition, charged, m)
 	}
 	return err
 }
 
-// reserveJoint reserves n on every budget of sc in one joint step: those
-// before split (the source and its tiers) in srcPart, the rest (the
-// principal) in prinPart, both reserved partitions' whole names. Either
-// both reservations commit or, when any quota refuses, neither does: no
-// refund. A refusal is remembered, every refusing axis of both sides, and
-// answered with the first refusing axis, the source's side first, as the
-// two batches of reserve answer it. A share too small for n refuses
-// without a store call.
-func (a *Admitter) reserveJoint(ctx context.Context, f *family, sc *scratch, srcPart, prinPart string, split int, n, day int64, gens *[2]int64) error {
+// tierCount returns how many prefix tiers id carries.
+func (id *identities) tierCount() int {
+	n := 0
+	for _, h := range id.tiers {
+		if h != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// reserveJoint reserves m commands (n for the RPC) on every budget of sc
+// in one joint step: those before split (the source and its tiers) in
+// srcPart, the rest (the principal) in prinPart, both reserved partitions'
+// whole names. Either both reservations commit or, when any quota refuses,
+// neither does: no refund. A refusal is remembered, every axis of both
+// sides that cannot hold n, and answered with the first of them, the
+// source's side first, as the two batches of reserve answer it. A share
+// too small for n refuses without a store call.
+func (a *Admitter) reserveJoint(ctx context.Context, f *family, sc *scratch, srcPart, prinPart string, split int, n, m, day int64, gens *[2]int64) error {
 	for i := range sc.n {
 		if sc.budgets[i].Limit < n {
 			return f.limited[sc.axes[i]]
 		}
 	}
-	sc.cmds[0] = engine.Reserve("", n, sc.budgets[:split]...)
-	sc.cmds[1] = engine.Reserve("", n, sc.budgets[split:sc.n]...)
+	sc.cmds[0] = engine.Reserve("", m, sc.budgets[:split]...)
+	sc.cmds[1] = engine.Reserve("", m, sc.budgets[split:sc.n]...)
 	sc.steps[0] = engine.Step{Partition: srcPart, Commands: sc.cmds[0:1]}
 	sc.steps[1] = engine.Step{Partition: prinPart, Commands: sc.cmds[1:2]}
 	// Deferred: the caller of AdmitDeferred syncs before it answers.
@@ -308,42 +377,51 @@ func (a *Admitter) reserveJoint(ctx context.Context, f *family, sc *scratch, src
 	}
 	var refusal error
 	for side, from := range [2]int{0, split} {
-		if err := a.refusal(f, sc, &sc.outs[side].Results[0], from, day, gens); refusal == nil {
+		err := a.refusal(f, sc, &sc.outs[side].Results[0], from, n, m, day, gens)
+		if refusal == nil || errors.Is(refusal, errOnlyExtra) && err != nil {
 			refusal = err
 		}
 	}
 	return refusal
 }
 
-// reserve reserves n on the budgets of sc from index from on, all in one
-// reserved partition (its whole name), in one atomic batch. A refusal is
-// remembered and answered with the first refusing axis. A share too small
-// for n refuses without a store call.
-func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partition string, from int, n, day int64, gens *[2]int64) error {
+// reserve reserves m commands (n for the RPC) on the budgets of sc from
+// index from on, all in one reserved partition (its whole name), in one
+// atomic batch. A refusal is remembered and answered with the first axis
+// that cannot hold n. A share too small for n refuses without a store
+// call.
+func (a *Admitter) reserve(ctx context.Context, f *family, sc *scratch, partition string, from int, n, m, day int64, gens *[2]int64) error {
 	budgets := sc.budgets[from:sc.n]
 	for i := range budgets {
 		if budgets[i].Limit < n {
 			return f.limited[sc.axes[from+i]]
 		}
 	}
-	sc.cmds[0] = engine.Reserve("", n, budgets...)
+	sc.cmds[0] = engine.Reserve("", m, budgets...)
 	// Deferred: the caller of AdmitDeferred syncs before it answers.
 	if err := a.eng.ApplyReservedPartitionDeferred(ctx, partition, &sc.out, sc.cmds[:1]...); err != nil {
 		return a.unavailable("reserving a fairness quota", err)
 	}
-	return a.refusal(f, sc, &sc.out.Results[0], from, day, gens)
+	return a.refusal(f, sc, &sc.out.Results[0], from, n, m, day, gens)
 }
 
-// refusal returns nil if r, the result of a reserve on the budgets of sc
-// from index from on, was allowed; otherwise it remembers every axis that
-// refused and returns the first one's refusal.
-func (a *Admitter) refusal(f *family, sc *scratch, r *engine.Result, from int, day int64, gens *[2]int64) error {
+// refusal returns nil if r, the result of a reserve of m commands (n for
+// the RPC) on the budgets of sc from index from on, was allowed. Otherwise
+// it remembers every axis that cannot hold n and returns the first one's
+// refusal, or errOnlyExtra if every axis can hold n: only the chunk
+// reserved beyond them was refused.
+func (a *Admitter) refusal(f *family, sc *scratch, r *engine.Result, from int, n, m, day int64, gens *[2]int64) error {
 	if r.Allowed {
 		return nil
 	}
 	var refusal error
+	onlyExtra := false
 	for i, w := range r.Windows {
 		if w.Allowed {
+			continue
+		}
+		if m > n && w.Remaining >= n {
+			onlyExtra = true
 			continue
 		}
 		ax := sc.axes[from+i]
@@ -352,19 +430,22 @@ func (a *Admitter) refusal(f *family, sc *scratch, r *engine.Result, from int, d
 			refusal = f.limited[ax]
 		}
 	}
-	if refusal == nil {
-		refusal = f.limited[sc.axes[from]]
+	switch {
+	case refusal != nil:
+		return refusal
+	case onlyExtra:
+		return errOnlyExtra
 	}
-	return refusal
+	return f.limited[sc.axes[from]]
 }
 
-// refund gives back the charge of the first count budgets of sc, reserved
-// in partition (a reserved partition's whole name). The budgets keep their
-// expiry (kv.incr keeps a live record's TTL). Should the refund fail, the
-// quotas stay charged: a conservative error, logged.
-func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition string, count int, n int64) {
+// refund gives back the charge of m commands on the first count budgets of
+// sc, reserved in partition (a reserved partition's whole name). The
+// budgets keep their expiry (kv.incr keeps a live record's TTL). Should the
+// refund fail, the quotas stay charged: a conservative error, logged.
+func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition string, count int, m int64) {
 	for i := range count {
-		sc.cmds[i] = engine.Incr(sc.budgets[i].Key, -n, keyTTL)
+		sc.cmds[i] = engine.Incr(sc.budgets[i].Key, -m, keyTTL)
 	}
 	// Deferred, and never synced by itself: losing a refund to a crash
 	// only over-charges.
@@ -419,23 +500,28 @@ func (a *Admitter) remember(f *family, ax axis, id string, day, gen, remaining i
 }
 
 // knownExhausted returns the refusal of an RPC of n commands that a
-// remembered denial already decides, or nil.
-func (a *Admitter) knownExhausted(f *family, id *identities, day, n int64) error {
+// remembered denial already decides, or nil. Quotas whose leases lt took
+// from are not looked up: they hold n.
+func (a *Admitter) knownExhausted(f *family, id *identities, lt *leaseTake, day, n int64) error {
 	if a.denials == nil || f.deniedDay.Load() != day {
 		return nil
 	}
+	q := 0
 	if id.source != "" {
 		gen := f.gen[sideSource].Load()
-		if a.refused(f, axisSource, id.source, day, gen, n) {
+		if lt.took[q] == nil && a.refused(f, axisSource, id.source, day, gen, n) {
 			return f.limited[axisSource]
 		}
 		for i, t := range tierAxes {
-			if h := id.tiers[i]; h != "" && a.refused(f, t.axis, h, day, gen, n) {
-				return f.limited[t.axis]
+			if h := id.tiers[i]; h != "" {
+				if q++; lt.took[q] == nil && a.refused(f, t.axis, h, day, gen, n) {
+					return f.limited[t.axis]
+				}
 			}
 		}
+		q++
 	}
-	if id.principal != "" && a.refused(f, axisPrincipal, id.principal, day, f.gen[sidePrincipal].Load(), n) {
+	if id.principal != "" && lt.took[q] == nil && a.refused(f, axisPrincipal, id.principal, day, f.gen[sidePrincipal].Load(), n) {
 		return f.limited[axisPrincipal]
 	}
 	return nil
@@ -448,10 +534,12 @@ func (a *Admitter) refused(f *family, ax axis, id string, day, gen, n int64) boo
 	return ok && d.day == day && d.gen == gen && n > d.remaining
 }
 
-// forget makes every remembered denial of f invalid: after a fairness reset.
+// forget makes every remembered denial and every quota lease of f
+// invalid: after a fairness reset.
 func (f *family) forget() {
 	f.gen[sideSource].Add(1)
 	f.gen[sidePrincipal].Add(1)
+	f.leaseEpoch.Add(1)
 }
 
 func parseInt(s string) (int64, bool) {

@@ -17,14 +17,31 @@ import (
 
 // fairConfig gives one fair family 2,000 commands a day: a source bucket or
 // a principal may spend 100 (1/20), an IPv6 /56 200 (1/10), a /48 or an
-// IPv4 /24 400 (1/5).
+// IPv4 /24 400 (1/5). It reserves nothing ahead of the quotas, so that
+// every RPC's charge reaches the store (leasedFairConfig leases).
 func fairConfig(sw switches) Config {
 	cfg := DefaultConfig()
 	cfg.Total = 2000
 	cfg.Chunk = 16
+	cfg.QuotaChunk = 0
 	cfg.Fair = []string{DefaultFamily}
 	cfg.switches = sw
 	return cfg
+}
+
+// leasedFairConfig is fairConfig with the default quota leases: chunks of
+// 1 % of each share (1 command of a source's or a principal's 100, 2 of a
+// /56's, 4 of a /48's).
+func leasedFairConfig(sw switches) Config {
+	cfg := fairConfig(sw)
+	cfg.QuotaChunk = DefaultQuotaChunk
+	return cfg
+}
+
+// forEachLeasing runs test with quota leases off and on.
+func forEachLeasing(t *testing.T, test func(t *testing.T, configOf func(switches) Config)) {
+	t.Run("charge by charge", func(t *testing.T) { test(t, fairConfig) })
+	t.Run("leased", func(t *testing.T) { test(t, leasedFairConfig) })
 }
 
 func fairRPC(source, principal string, tiers map[string]string) *wire.Request {
@@ -73,63 +90,66 @@ func spendUntil(t *testing.T, a *Admitter, callers []*wire.Request, refusals ...
 }
 
 // checkSharedSource: two processes behind one IPv6 /64 share its 100.
-func checkSharedSource(t *testing.T, newFx fixtureMaker, sw switches) int64 {
+func checkSharedSource(t *testing.T, newFx fixtureMaker, cfg Config) int64 {
 	fx := newFx(t)
-	cfg := fairConfig(sw)
 	tiers := map[string]string{wire.TierV6Slash56: "n56", wire.TierV6Slash48: "n48"}
 	one, two := fx.admitter(cfg), fx.admitter(cfg)
 	return spendAny(t, one, []*wire.Request{fairRPC("s64", "", tiers)}) + spendAny(t, two, []*wire.Request{fairRPC("s64", "", tiers)})
 }
 
 // checkPrincipal: one principal across 30 sources gets its 100.
-func checkPrincipal(t *testing.T, newFx fixtureMaker, sw switches) int64 {
+func checkPrincipal(t *testing.T, newFx fixtureMaker, cfg Config) int64 {
 	fx := newFx(t)
 	var callers []*wire.Request
 	for i := range 30 {
 		callers = append(callers, fairRPC(fmt.Sprintf("s%d", i), "alice", map[string]string{wire.TierV4Slash24: fmt.Sprintf("n%d", i)}))
 	}
-	return spendAny(t, fx.admitter(fairConfig(sw)), callers)
+	return spendAny(t, fx.admitter(cfg), callers)
 }
 
 // checkTiers: 256 distinct /64s inside one /48 (over four /56s) get the
 // /48's 400.
-func checkTiers(t *testing.T, newFx fixtureMaker, sw switches) int64 {
+func checkTiers(t *testing.T, newFx fixtureMaker, cfg Config) int64 {
 	fx := newFx(t)
 	var callers []*wire.Request
 	for i := range 256 {
 		callers = append(callers, fairRPC(fmt.Sprintf("s64-%d", i), "", map[string]string{
 			wire.TierV6Slash56: fmt.Sprintf("n56-%d", i%4), wire.TierV6Slash48: "n48"}))
 	}
-	return spendAny(t, fx.admitter(fairConfig(sw)), callers)
+	return spendAny(t, fx.admitter(cfg), callers)
 }
 
 func TestFairness(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
-		if got := checkSharedSource(t, newFx, switches{}); got != 100 {
-			t.Errorf("two processes on one /64 spent %d, want the source share 100", got)
-		}
-		if got := checkPrincipal(t, newFx, switches{}); got != 100 {
-			t.Errorf("one principal over 30 sources spent %d, want the principal share 100", got)
-		}
-		if got := checkTiers(t, newFx, switches{}); got != 400 {
-			t.Errorf("256 /64s in one /48 spent %d, want the /48 share 400", got)
-		}
+	forEachLeasing(t, func(t *testing.T, configOf func(switches) Config) {
+		forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+			if got := checkSharedSource(t, newFx, configOf(switches{})); got != 100 {
+				t.Errorf("two processes on one /64 spent %d, want the source share 100", got)
+			}
+			if got := checkPrincipal(t, newFx, configOf(switches{})); got != 100 {
+				t.Errorf("one principal over 30 sources spent %d, want the principal share 100", got)
+			}
+			if got := checkTiers(t, newFx, configOf(switches{})); got != 400 {
+				t.Errorf("256 /64s in one /48 spent %d, want the /48 share 400", got)
+			}
+		})
 	})
 }
 
 // TestFairnessNegativeControls switches each check off and expects the
 // matching assertion above to fail: the tests can tell.
 func TestFairnessNegativeControls(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
-		if got := checkSharedSource(t, newFx, switches{noSource: true}); got == 100 {
-			t.Error("with source fairness off, the shared /64 still spent exactly its share")
-		}
-		if got := checkPrincipal(t, newFx, switches{noPrincipal: true}); got == 100 {
-			t.Error("with principal fairness off, the principal still spent exactly its share")
-		}
-		if got := checkTiers(t, newFx, switches{noTiers: true}); got == 400 {
-			t.Error("with the prefix tiers off, the /48 still spent exactly its share")
-		}
+	forEachLeasing(t, func(t *testing.T, configOf func(switches) Config) {
+		forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+			if got := checkSharedSource(t, newFx, configOf(switches{noSource: true})); got == 100 {
+				t.Error("with source fairness off, the shared /64 still spent exactly its share")
+			}
+			if got := checkPrincipal(t, newFx, configOf(switches{noPrincipal: true})); got == 100 {
+				t.Error("with principal fairness off, the principal still spent exactly its share")
+			}
+			if got := checkTiers(t, newFx, configOf(switches{noTiers: true})); got == 400 {
+				t.Error("with the prefix tiers off, the /48 still spent exactly its share")
+			}
+		})
 	})
 }
 

@@ -163,6 +163,9 @@ func newOrderHarness(t *testing.T, st *orderStore) *durableHarness {
 	acfg := admission.DefaultConfig()
 	// Chunks large enough that no lease falls within the RPCs observed.
 	acfg.Total, acfg.Chunk = 10_000_000, 10_000
+	// No quota leases: every fair RPC's charge reaches the store, where
+	// these tests watch it deferred and synced.
+	acfg.QuotaChunk = 0
 	acfg.Families = []string{admission.DefaultFamily, "open", "tiny"}
 	acfg.Split = "tiny=100000"
 	acfg.Fair = []string{admission.DefaultFamily, "tiny"}

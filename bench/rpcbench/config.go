@@ -55,6 +55,7 @@ const (
 	AdmOn        = "adm-on"
 	AdmOffIDs    = "adm-off-identities"
 	AdmFair      = "adm-on-fair"
+	AdmFairUnl   = "adm-on-fair-unleased"
 	AdmMemOff    = "adm-mem-off"
 	AdmMemOn     = "adm-mem-on"
 	AdmMemOffIDs = "adm-mem-off-identities"
@@ -80,6 +81,7 @@ func Configs() []Config {
 		admissionConfig(AdmOn, "admission on, one non-fair family", admissionMode{on: true}),
 		admissionConfig(AdmOffIDs, "admission off, each caller sending a source (with its tiers) and a principal of its own", admissionMode{identities: true}),
 		admissionConfig(AdmFair, "admission on, one fair family, each caller sending a source (with its tiers) and a principal of its own", admissionMode{on: true, fair: true, identities: true}),
+		admissionConfig(AdmFairUnl, "admission on, one fair family, each caller sending a source (with its tiers) and a principal of its own, every RPC's quotas charged in the store (no quota leases)", admissionMode{on: true, fair: true, identities: true, unleased: true}),
 		admissionConfig(AdmMemOff, "admission off", admissionMode{mem: true}),
 		admissionConfig(AdmMemOn, "admission on, one non-fair family", admissionMode{on: true, mem: true}),
 		admissionConfig(AdmMemOffIDs, "admission off, each caller sending a source (with its tiers) and a principal of its own", admissionMode{identities: true, mem: true}),

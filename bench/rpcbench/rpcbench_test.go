@@ -39,8 +39,8 @@ func TestSmoke(t *testing.T) {
 // TestSelect checks configuration selection by name and by group.
 func TestSelect(t *testing.T) {
 	all, err := Select("")
-	if err != nil || len(all) != len(Configs())-8 {
-		t.Fatalf("Select(\"\") = %d configurations, %v; want all but the 8 of the admission group", len(all), err)
+	if err != nil || len(all) != len(Configs())-9 {
+		t.Fatalf("Select(\"\") = %d configurations, %v; want all but the 9 of the admission group", len(all), err)
 	}
 	for _, c := range all {
 		if c.Group != "" {
@@ -48,7 +48,7 @@ func TestSelect(t *testing.T) {
 		}
 	}
 	adm, err := Select(Admission + "," + HTTPFloor)
-	if err != nil || len(adm) != 9 || adm[0].Name != HTTPFloor || adm[1].Name != AdmOff || adm[8].Name != AdmMemFair {
+	if err != nil || len(adm) != 10 || adm[0].Name != HTTPFloor || adm[1].Name != AdmOff || adm[9].Name != AdmMemFair {
 		t.Fatalf("Select(admission, http-floor) = %v, %v; want the floor and the group, in run order", adm, err)
 	}
 	got, err := Select(Sluice32 + ", " + HTTPFloor)

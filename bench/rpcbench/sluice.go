@@ -57,6 +57,7 @@ type admissionMode struct {
 	on, fair   bool // an Admitter; its family fair
 	identities bool // each caller sends a source (with its tiers) and a principal of its own
 	mem        bool // memstore instead of the durable diskstore
+	unleased   bool // every fair RPC's quotas charged in the store (admission.Config.QuotaChunk 0)
 }
 
 // startSluice returns the start function of a Sluice configuration: a real
@@ -119,6 +120,9 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 			acfg.Total = algo.MaxLimit // never exhausted: every RPC measured is admitted
 			if s.adm.fair {
 				acfg.Fair = []string{admission.DefaultFamily}
+			}
+			if s.adm.unleased {
+				acfg.QuotaChunk = 0
 			}
 			scfg.Admission = admission.New(eng, acfg)
 		}

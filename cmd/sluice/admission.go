@@ -24,12 +24,14 @@ type admissionFlags struct {
 	Shares        string
 	FamilyShares  string
 	Chunk         string
+	QuotaChunk    string
 }
 
 func defaultAdmissionFlags() admissionFlags {
 	return admissionFlags{
 		DailyBudget: strconv.FormatInt(admission.DefaultTotal, 10),
 		Chunk:       strconv.FormatInt(admission.DefaultChunk, 10),
+		QuotaChunk:  strconv.FormatInt(admission.DefaultQuotaChunk, 10),
 	}
 }
 
@@ -42,6 +44,7 @@ func (a *admissionFlags) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&a.Shares, "shares", a.Shares, "fairness shares of every family as budget divisors, such as source=20,principal=20,v4/24=5,v6/56=10,v6/48=5")
 	fs.StringVar(&a.FamilyShares, "family-shares", a.FamilyShares, "fairness shares of one family, such as replay.source=10,replay.principal=40")
 	fs.StringVar(&a.Chunk, "admission-chunk", a.Chunk, "commands this server leases from a family's daily budget at a time (at most 1 % of the budget)")
+	fs.StringVar(&a.QuotaChunk, "quota-chunk", a.QuotaChunk, "commands of a source's or principal's daily quota this server reserves ahead (at most 1 % of the quota; 0 charges every RPC in the store)")
 	for name, env := range map[string]string{
 		"daily-budget":    "SLUICE_DAILY_BUDGET",
 		"families":        "SLUICE_FAMILIES",
@@ -50,6 +53,7 @@ func (a *admissionFlags) addFlags(fs *pflag.FlagSet) {
 		"shares":          "SLUICE_SHARES",
 		"family-shares":   "SLUICE_FAMILY_SHARES",
 		"admission-chunk": "SLUICE_ADMISSION_CHUNK",
+		"quota-chunk":     "SLUICE_QUOTA_CHUNK",
 	} {
 		bindEnv(fs, name, env)
 	}
@@ -62,6 +66,7 @@ func (a admissionFlags) config() admission.Config {
 	cfg := admission.DefaultConfig()
 	cfg.Total = parseCount(&cfg, "daily budget (--daily-budget)", a.DailyBudget, cfg.Total)
 	cfg.Chunk = parseCount(&cfg, "admission chunk (--admission-chunk)", a.Chunk, cfg.Chunk)
+	cfg.QuotaChunk = parseCountFrom(&cfg, "quota chunk (--quota-chunk)", a.QuotaChunk, 0, cfg.QuotaChunk)
 	cfg.Families = splitList(a.Families)
 	cfg.Split = a.FamilyBudgets
 	cfg.Fair = splitList(a.FairFamilies)
@@ -78,9 +83,15 @@ func (a admissionFlags) config() admission.Config {
 // parseCount parses a positive whole number, recording a problem in cfg
 // and keeping def when it is malformed.
 func parseCount(cfg *admission.Config, what, s string, def int64) int64 {
+	return parseCountFrom(cfg, what, s, 1, def)
+}
+
+// parseCountFrom parses a whole number of at least least, recording a
+// problem in cfg and keeping def when it is malformed.
+func parseCountFrom(cfg *admission.Config, what, s string, least, def int64) int64 {
 	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil || n < 1 {
-		cfg.AddProblem(fmt.Errorf("%s %q is not a whole number of at least 1", what, s))
+	if err != nil || n < least {
+		cfg.AddProblem(fmt.Errorf("%s %q is not a whole number of at least %d", what, s, least))
 		return def
 	}
 	return n
@@ -121,5 +132,5 @@ func logAdmission(log *slog.Logger, cfg admission.Config) {
 		}
 		parts = append(parts, part)
 	}
-	log.Info("admission", "daily_budget", cfg.Total, "families", strings.Join(parts, ", "), "chunk", cfg.Chunk)
+	log.Info("admission", "daily_budget", cfg.Total, "families", strings.Join(parts, ", "), "chunk", cfg.Chunk, "quota_chunk", cfg.QuotaChunk)
 }

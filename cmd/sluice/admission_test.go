@@ -17,7 +17,7 @@ func TestAdmissionFlags(t *testing.T) {
 	if err := def.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if def.Total != admission.DefaultTotal || def.Chunk != admission.DefaultChunk || def.Families != nil || def.Fair != nil {
+	if def.Total != admission.DefaultTotal || def.Chunk != admission.DefaultChunk || def.QuotaChunk != admission.DefaultQuotaChunk || def.Families != nil || def.Fair != nil {
 		t.Fatalf("defaults: %+v", def)
 	}
 
@@ -29,6 +29,7 @@ func TestAdmissionFlags(t *testing.T) {
 		Shares:        "source=20,principal=20,v4/24=5,v6/56=10,v6/48=5",
 		FamilyShares:  "replay.source=10,replay.principal=40",
 		Chunk:         "500",
+		QuotaChunk:    "0",
 	}
 	cfg := good.config()
 	got, err := cfg.Allowances()
@@ -38,7 +39,7 @@ func TestAdmissionFlags(t *testing.T) {
 	if got["offline"] != 600000 || got["replay"] != 100000 || got["proxy"] != 150000 || got["password"] != 150000 {
 		t.Errorf("allowances %v", got)
 	}
-	if cfg.Chunk != 500 || strings.Join(cfg.Fair, ",") != "replay,password" || cfg.Shares.V6Slash56 != 10 || cfg.FamilyShares["replay"].Principal != 40 {
+	if cfg.Chunk != 500 || cfg.QuotaChunk != 0 || strings.Join(cfg.Fair, ",") != "replay,password" || cfg.Shares.V6Slash56 != 10 || cfg.FamilyShares["replay"].Principal != 40 {
 		t.Errorf("config %+v", cfg)
 	}
 
@@ -53,6 +54,7 @@ func TestAdmissionFlags(t *testing.T) {
 		{"budget zero", func(a *admissionFlags) { a.DailyBudget = "0" }, "daily budget"},
 		{"budget negative", func(a *admissionFlags) { a.DailyBudget = "-5" }, "daily budget"},
 		{"chunk not a number", func(a *admissionFlags) { a.Chunk = "big" }, "admission chunk"},
+		{"quota chunk negative", func(a *admissionFlags) { a.QuotaChunk = "-1" }, `quota chunk (--quota-chunk) "-1" is not a whole number of at least 0`},
 		{"unknown family in a budget", func(a *admissionFlags) { a.FamilyBudgets = "ofline=5" }, `unknown family "ofline"`},
 		{"two budgets for one family", func(a *admissionFlags) { a.FamilyBudgets = "replay=5,replay=6" }, "two budgets"},
 		{"malformed family budget", func(a *admissionFlags) { a.FamilyBudgets = "replay=many" }, "not a non-negative integer"},

@@ -1,0 +1,211 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// The lease tests give one fair family 200,000 commands a day: a source or
+// a principal may spend 10,000, and each charge that reaches the store
+// reserves a chunk of 100 more (1 % of the share) for the identity's next
+// RPCs on this server.
+const (
+	leaseShare = 10_000
+	leaseChunk = 100
+)
+
+func leaseConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Total = 20 * leaseShare
+	cfg.Fair = []string{DefaultFamily}
+	return cfg
+}
+
+// spendAlone sends rpc through a, one at a time, until it is refused, and
+// returns how many were admitted; the refusal must be guard_limited.
+func spendAlone(t *testing.T, a *Admitter, rpc *wire.Request) int {
+	t.Helper()
+	for n := 0; ; n++ {
+		r := *rpc
+		r.OperationID = fmt.Sprint("op", n)
+		if err := a.Admit(context.Background(), &r); err != nil {
+			if code(err) != wire.CodeLimited {
+				t.Fatalf("after %d admitted: %v, want guard_limited", n, err)
+			}
+			return n
+		}
+	}
+}
+
+// TestLeasesSpareTheStore: an identity's RPCs reach the store once per
+// chunk, not once each.
+func TestLeasesSpareTheStore(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		a := fx.admitter(leaseConfig())
+		const rpcs = 10 * (1 + leaseChunk)
+		for i := range rpcs {
+			if err := a.Admit(context.Background(), fairRPC("s", "alice", nil)); err != nil {
+				t.Fatalf("rpc %d: %v", i, err)
+			}
+		}
+		// Ten charges, each of one RPC and a chunk, each a batch on the
+		// source's partition and one on the principal's.
+		if got := fx.quotaBatches(); got != 2*10 {
+			t.Errorf("%d RPCs made %d quota batches, want 20", rpcs, got)
+		}
+	})
+}
+
+// TestLeasedShareIsExact: with leases, an identity is still admitted its
+// whole share and not one command more, by one server or by two spending
+// it at once: a charge near the share that cannot fit its chunk charges
+// its RPC alone, and a server refuses only once its own lease is spent.
+func TestLeasedShareIsExact(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		cfg := leaseConfig()
+		if got := spendAlone(t, fx.admitter(cfg), fairRPC("s", "alice", nil)); got != leaseShare {
+			t.Errorf("one server admitted %d, want the share %d", got, leaseShare)
+		}
+		one, two := fx.admitter(cfg), fx.admitter(cfg)
+		var callers []*wire.Request
+		for i := range 4 {
+			callers = append(callers, fairRPC("s2", fmt.Sprint("p", i), nil))
+		}
+		var wg sync.WaitGroup
+		var got [2]int64
+		for i, a := range []*Admitter{one, two} {
+			wg.Go(func() { got[i] = spend(t, a, callers) })
+		}
+		wg.Wait()
+		if got[0]+got[1] != leaseShare {
+			t.Errorf("two servers admitted %d + %d of one source, want its share %d in all", got[0], got[1], leaseShare)
+		}
+	})
+}
+
+// TestLeaseRefusalGivesBack: an RPC that takes its source's commands from
+// the source's lease and is then refused for its principal gives them
+// back: a fairness denial spends nothing, lease or not.
+func TestLeaseRefusalGivesBack(t *testing.T) {
+	fx := newFixture(t)
+	cfg := leaseConfig()
+	// alice is spent through another server, from sources of her own.
+	other := fx.admitter(cfg)
+	for i := 0; ; i++ {
+		if err := other.Admit(context.Background(), fairRPC(fmt.Sprint("x", i/1000), "alice", nil)); err != nil {
+			if code(err) != wire.CodeLimited {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	a := fx.admitter(cfg)
+	bob := 0
+	for {
+		if err := a.Admit(context.Background(), fairRPC("s", "alice", nil)); code(err) != wire.CodeLimited {
+			t.Fatalf("alice, spent: %v", err)
+		}
+		if err := a.Admit(context.Background(), fairRPC("s", "bob", nil)); err != nil {
+			if code(err) != wire.CodeLimited {
+				t.Fatal(err)
+			}
+			break
+		}
+		bob++
+	}
+	if bob != leaseShare {
+		t.Errorf("source s admitted bob %d times between alice's refusals, want its whole share %d", bob, leaseShare)
+	}
+}
+
+// TestRestartLosesAtMostAChunk: a lease is this server's alone; a restart
+// loses what it held unspent, so the identity is admitted less that day,
+// never more.
+func TestRestartLosesAtMostAChunk(t *testing.T) {
+	fx := newFixture(t)
+	if err := fx.admitter(leaseConfig()).Admit(context.Background(), fairRPC("s", "alice", nil)); err != nil {
+		t.Fatal(err)
+	}
+	restarted := fx.admitter(leaseConfig())
+	if got := spendAlone(t, restarted, fairRPC("s", "alice", nil)); got != leaseShare-1-leaseChunk {
+		t.Errorf("after a restart alice was admitted %d more, want her share less the RPC before and the chunk lost: %d", got, leaseShare-1-leaseChunk)
+	}
+}
+
+// TestConcurrentRPCsReserveOneChunk: RPCs of one identity arriving together
+// reserve one chunk between them, not one each: the others charge their
+// own commands alone while that chunk is being reserved. What a restart
+// loses stays within one chunk.
+func TestConcurrentRPCsReserveOneChunk(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		a := fx.admitter(leaseConfig())
+		const together = 64
+		var wg sync.WaitGroup
+		for range together {
+			wg.Go(func() {
+				if err := a.Admit(context.Background(), fairRPC("s", "alice", nil)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		restarted := fx.admitter(leaseConfig())
+		if got := spendAlone(t, restarted, fairRPC("s", "alice", nil)); got < leaseShare-together-leaseChunk {
+			t.Errorf("after %d RPCs at once and a restart alice was admitted %d more, want at least %d: more than one chunk was reserved",
+				together, got, leaseShare-together-leaseChunk)
+		}
+	})
+}
+
+// TestResetDropsLeases: a fairness reset gives the identity a fresh share,
+// and the leases this server held of the old one are gone with it, not
+// spent on top of the new share.
+func TestResetDropsLeases(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+		fx := newFx(t)
+		a := fx.admitter(leaseConfig())
+		if err := a.Admit(context.Background(), fairRPC("s", "alice", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.ResetFairness(context.Background(), "ops", ResetRequest{Family: DefaultFamily, Source: "s", Principal: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := spendAlone(t, a, fairRPC("s", "alice", nil)); got != leaseShare {
+			t.Errorf("after the reset alice was admitted %d, want a fresh share of %d", got, leaseShare)
+		}
+	})
+}
+
+// TestLeasesEndWithTheDay: what a server leased of one UTC day's quota is
+// never admitted on the next.
+func TestLeasesEndWithTheDay(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.admitter(leaseConfig())
+	if err := a.Admit(context.Background(), fairRPC("s", "alice", nil)); err != nil {
+		t.Fatal(err)
+	}
+	fx.clock.Advance(24 * time.Hour)
+	if got := spendAlone(t, a, fairRPC("s", "alice", nil)); got != leaseShare {
+		t.Errorf("the next day alice was admitted %d, want that day's share of %d", got, leaseShare)
+	}
+}
+
+func TestQuotaChunkIsValidated(t *testing.T) {
+	cfg := leaseConfig()
+	cfg.QuotaChunk = -1
+	if err := cfg.Validate(); err == nil {
+		t.Error("a negative quota chunk was accepted")
+	}
+	cfg.QuotaChunk = 0
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("a quota chunk of 0 (no leases): %v", err)
+	}
+}
