@@ -18,11 +18,11 @@ const DefaultFamily = "default"
 
 // Defaults.
 const (
-	DefaultTotal        = 1_000_000
-	DefaultChunk        = 1_000
+	DefaultTotal = 1_000_000
+	DefaultChunk = 1_000
 	// DefaultQuotaChunk is how many commands of an identity's daily quota
 	// a server reserves ahead by default (see Config.QuotaChunk).
-	DefaultQuotaChunk = 100
+	DefaultQuotaChunk   = 100
 	DefaultWarnPermille = 800
 	// DefaultDenialCache is how many exhausted identities a server
 	// remembers by default.
