@@ -35,9 +35,6 @@ type Admitter struct {
 	// denials remembers identities found exhausted (see fairness.go); nil
 	// when the denial shortcut is switched off.
 	denials *lru.Cache[denialKey, denial]
-	// leases holds what this server reserved ahead of identities' quotas
-	// (see leases.go); nil when Config.QuotaChunk is zero.
-	leases *lru.Cache[leaseKey, *quotaLease]
 }
 
 // family is one family's configuration and this server's state for it.
@@ -95,10 +92,11 @@ type family struct {
 	// (sideSource, sidePrincipal): it moves on after every refund and
 	// fairness reset this server makes or learns of (see fairness.go).
 	gen [2]atomic.Int64
-	// leaseMu guards the family's quota leases; leaseEpoch moves on with
-	// every fairness reset this server makes or learns of, and a lease
-	// holds only for the epoch it was reserved in (see leases.go).
-	leaseMu    sync.Mutex
+	// leases holds what this server reserved ahead of identities' quotas
+	// (see leases.go); nil when Config.QuotaChunk is zero. leaseEpoch
+	// moves on with every fairness reset this server makes or learns of,
+	// and a lease holds only for the epoch it was reserved in.
+	leases     *leases
 	leaseEpoch atomic.Int64
 	// deniedDay is the last day a denial of this family was remembered:
 	// before the first one of a day, admissions skip the lookups.
@@ -149,9 +147,7 @@ func New(eng *engine.Engine, cfg Config) *Admitter {
 		a.invalid = "invalid admission configuration: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 		return a
 	}
-	if cfg.QuotaChunk > 0 {
-		a.leases = newLeases()
-	}
+
 	for name, n := range allowances {
 		sh := cfg.Shares
 		if fs, ok := cfg.FamilyShares[name]; ok {
@@ -173,6 +169,9 @@ func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
 		principalPartition: engine.ReservedPartition("adm/p/" + name + "/"),
 	}
 	f.settled = sync.NewCond(&f.mu)
+	if cfg.QuotaChunk > 0 {
+		f.leases = newLeases()
+	}
 	f.cur.Store(&chunk{})
 	for _, fair := range cfg.Fair {
 		f.fair = f.fair || fair == name

@@ -216,14 +216,14 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 	var qs [maxQuotas]quota
 	qs2 := qs[:id.quotas(&qs)]
 	var lt leaseTake
-	if a.takeLeases(f, qs2, k.day, n, &lt) {
+	if f.takeLeases(qs2, k.day, n, &lt) {
 		return false, nil
 	}
 	// The denial shortcut, for the quotas leases do not cover: what this
 	// server holds of an identity's quota is admitted even after the store
 	// has refused it.
 	if err := a.knownExhausted(f, id, &lt, k.day, n); err != nil {
-		a.settleLeases(f, &lt, n, 0, true)
+		f.settleLeases(&lt, n, 0, true)
 		return false, err
 	}
 	extra := f.extra(qs2, &lt, n)
@@ -233,7 +233,7 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 		extra = 0
 		err = a.chargeStore(ctx, f, id, k, &lt, n, n)
 	}
-	a.settleLeases(f, &lt, n, extra, err != nil)
+	f.settleLeases(&lt, n, extra, err != nil)
 	return err == nil, err
 }
 

@@ -6,9 +6,9 @@ package admission
 // goes to the store, it reserves the RPC's commands and a chunk more
 // (Config.QuotaChunk, at most 1 % of the quota) on each quota it charges,
 // and this server keeps the chunk as the identity's lease. The next RPCs
-// of that identity take from its leases, under the family's lease lock,
-// without a store call; one whose quotas do not all hold enough goes to
-// the store for the rest, as before, taking from the leases that do.
+// of that identity take from its leases without a store call; one whose
+// quotas do not all hold enough goes to the store for the rest, as before,
+// taking from the leases that do.
 //
 // What this keeps:
 //
@@ -21,12 +21,15 @@ package admission
 //   - The charge and the family spend still happen together: an RPC takes
 //     from its family chunk and its quotas' leases before it runs, and
 //     gives both back if either refuses.
+//   - No hotspot: each lease is a counter of its own, taken from with a
+//     compare-and-swap and found in a table whose locks are spread over
+//     shards, each held for one lookup.
 //
 // What it costs, all of it in the direction of admitting less:
 //
 //   - A lease unspent when the server stops, when its UTC day ends, or when
-//     it is evicted (at most maxLeases are kept, the least recently used
-//     evicted first) is lost: the identity is admitted up to one chunk
+//     it is evicted (a family keeps at most maxLeases, the least recently
+//     used evicted first) is lost: the identity is admitted up to one chunk
 //     less that day, per server.
 //   - Servers sharing a store each hold their own leases: an identity near
 //     its share may be refused on one while another still holds a chunk of
@@ -39,11 +42,19 @@ package admission
 // reset drops its leases at once.
 
 import (
-	lru "github.com/hashicorp/golang-lru/v2"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// maxLeases bounds the leases one server keeps, across its families.
+// maxLeases bounds the leases one server keeps of one family.
 const maxLeases = 10_000
+
+// leaseShards is how many locks a family's leases are spread over, so that
+// fair RPCs of different identities do not wait for one another.
+const leaseShards = 32
 
 // quota names one identity's quota on one axis.
 type quota struct {
@@ -72,22 +83,66 @@ func (id *identities) quotas(qs *[maxQuotas]quota) int {
 	return n
 }
 
-// leaseKey names one identity's lease in one family.
-type leaseKey struct {
-	f *family
-	quota
-}
-
 // quotaLease is what this server holds, reserved in the store and not yet
-// admitted, of one identity's quota for one UTC day. Its fields are
-// guarded by its family's leaseMu.
+// admitted, of one identity's quota for one UTC day and lease epoch. A
+// lease of another day or epoch is never taken from: it is replaced.
 type quotaLease struct {
 	day, epoch int64
-	left       int64
+	left       atomic.Int64
 	// refilling is set while one RPC's charge tops the lease up, so that
 	// RPCs arriving meanwhile charge their own commands alone rather than
 	// each reserve a chunk more.
-	refilling bool
+	refilling atomic.Bool
+}
+
+// take takes n commands from l if it holds them.
+func (l *quotaLease) take(n int64) bool {
+	for {
+		left := l.left.Load()
+		if left < n {
+			return false
+		}
+		if l.left.CompareAndSwap(left, left-n) {
+			return true
+		}
+	}
+}
+
+// leases are one family's quota leases, spread over shards by quota.
+type leases struct {
+	seed   maphash.Seed
+	shards [leaseShards]leaseShard
+}
+
+type leaseShard struct {
+	mu  sync.Mutex
+	lru *simplelru.LRU[quota, *quotaLease]
+}
+
+func newLeases() *leases {
+	ls := &leases{seed: maphash.MakeSeed()}
+	for i := range ls.shards {
+		c, err := simplelru.NewLRU[quota, *quotaLease](maxLeases/leaseShards, nil)
+		if err != nil {
+			panic(err) // only for a size below 1
+		}
+		ls.shards[i].lru = c
+	}
+	return ls
+}
+
+// get returns q's lease for day and epoch, replacing one of another day or
+// epoch (or none) with an empty lease.
+func (ls *leases) get(q quota, day, epoch int64) *quotaLease {
+	sh := &ls.shards[(maphash.String(ls.seed, q.id)+uint64(q.ax))%leaseShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	l, ok := sh.lru.Get(q)
+	if !ok || l.day != day || l.epoch != epoch {
+		l = &quotaLease{day: day, epoch: epoch}
+		sh.lru.Add(q, l)
+	}
+	return l
 }
 
 // leaseTake is what takeLeases did for one RPC, quota by quota (in the
@@ -96,16 +151,6 @@ type quotaLease struct {
 // that charge tops up, when the RPC may reserve a chunk more.
 type leaseTake struct {
 	took, refill [maxQuotas]*quotaLease
-	// epoch is the family's lease epoch the leases belong to.
-	epoch int64
-}
-
-func newLeases() *lru.Cache[leaseKey, *quotaLease] {
-	c, err := lru.New[leaseKey, *quotaLease](maxLeases)
-	if err != nil {
-		panic(err) // only for a size below 1
-	}
-	return c
 }
 
 // takeLeases takes n commands of day from the lease of every quota in qs
@@ -113,38 +158,32 @@ func newLeases() *lru.Cache[leaseKey, *quotaLease] {
 // no store call. For each quota that does not, it claims the lease's
 // refill when no other RPC has. The RPC charges a chunk more only if it
 // claimed every refill it needs (see extra); otherwise it releases its
-// claims and charges its commands alone.
-func (a *Admitter) takeLeases(f *family, qs []quota, day, n int64, lt *leaseTake) bool {
-	if a.leases == nil {
+// claims and charges its commands alone. Each lease is taken from on its
+// own: an RPC that takes from one and then finds another short gives back
+// what it took only once its charge is decided, so a concurrent RPC may
+// meanwhile find the first short and go to the store, never the reverse.
+func (f *family) takeLeases(qs []quota, day, n int64, lt *leaseTake) bool {
+	if f.leases == nil {
 		return false
 	}
-	lt.epoch = f.leaseEpoch.Load()
-	f.leaseMu.Lock()
-	defer f.leaseMu.Unlock()
+	epoch := f.leaseEpoch.Load()
 	all, claimedAll := true, true
 	for i, q := range qs {
-		key := leaseKey{f, q}
-		l, ok := a.leases.Get(key)
-		if !ok || l.day != day || l.epoch != lt.epoch {
-			l = &quotaLease{day: day, epoch: lt.epoch}
-			a.leases.Add(key, l)
-		}
+		l := f.leases.get(q, day, epoch)
 		switch {
-		case l.left >= n:
-			l.left -= n
+		case l.take(n):
 			lt.took[i] = l
-		case l.refilling:
-			all, claimedAll = false, false
-		default:
+		case l.refilling.CompareAndSwap(false, true):
 			all = false
-			l.refilling = true
 			lt.refill[i] = l
+		default:
+			all, claimedAll = false, false
 		}
 	}
 	if !all && !claimedAll {
 		for i, l := range lt.refill {
 			if l != nil {
-				l.refilling = false
+				l.refilling.Store(false)
 				lt.refill[i] = nil
 			}
 		}
@@ -179,21 +218,16 @@ func (f *family) extra(qs []quota, lt *leaseTake, n int64) int64 {
 // it took from leases go back to them. Either way its refill claims end.
 // A lease replaced meanwhile (a new day or epoch, an eviction) is no
 // longer taken from: what goes to it is lost, never admitted twice.
-func (a *Admitter) settleLeases(f *family, lt *leaseTake, n, extra int64, refused bool) {
-	if a.leases == nil {
-		return
-	}
-	f.leaseMu.Lock()
-	defer f.leaseMu.Unlock()
+func (f *family) settleLeases(lt *leaseTake, n, extra int64, refused bool) {
 	for i := range lt.took {
 		if l := lt.took[i]; l != nil && refused {
-			l.left += n
+			l.left.Add(n)
 		}
 		if l := lt.refill[i]; l != nil {
-			l.refilling = false
 			if !refused {
-				l.left += extra
+				l.left.Add(extra)
 			}
+			l.refilling.Store(false)
 		}
 	}
 }
