@@ -65,6 +65,22 @@
 // every fair RPC would serialise on, is avoided. When both sides refuse,
 // the answer names the source's axis.
 //
+// # Quota leases
+//
+// A charge that reaches the store reserves, on each quota it charges, the
+// RPC's commands and a chunk more (Config.QuotaChunk, capped at 1 % of the
+// quota's share), which the server keeps as that identity's lease: the
+// identity's next RPCs take from their leases without a store call, and
+// only an RPC some quota's lease cannot cover goes to the store. A share
+// is still never exceeded, a refusal still spends nothing (what an RPC
+// took from leases goes back), and the last commands of a share are
+// admitted exactly: a charge whose chunk does not fit is retried for its
+// own commands alone. A lease unspent at a restart, at the end of its day
+// or when evicted is lost — the identity is admitted up to one chunk less
+// that day, never more. A fairness reset drops the leases of the server
+// that made it at once, and those of other servers sharing the store
+// within Config.StateRefresh. See leases.go.
+//
 // # The denial memory
 //
 // An identity found exhausted is remembered (Config.DenialCache entries at

@@ -19,7 +19,7 @@ import (
 // all their writes only if none was denied.
 
 // joint is the working state of one joint step: pooled, since a server
-// makes one for every fair RPC.
+// makes one for every fair RPC its quota leases do not cover.
 type joint struct {
 	views  [engine.MaxJointBatches]view
 	execs  [engine.MaxJointBatches]engine.Executor

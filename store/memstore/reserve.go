@@ -8,8 +8,8 @@ import (
 )
 
 // The reserve fast path. A batch of one res.reserve without a receipt —
-// what admission makes for every fair RPC (an identity's quotas) and every
-// lease of a family's allowance — reads up to engine.MaxBudgets counters
+// what admission makes for every fair RPC its quota leases do not cover
+// (an identity's quotas) and every lease of a family's allowance — reads up to engine.MaxBudgets counters
 // and writes them back. Through the executor that costs a lookup of each
 // counter to read it, another to count the keys its writes would create,
 // and another to commit it, each hashing the partition and the key again.
