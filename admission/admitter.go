@@ -594,7 +594,7 @@ func (a *Admitter) loadStop(ctx context.Context, f *family, now time.Time, day i
 	k := a.keysOf(day)
 	var out engine.StepResult
 	if err := a.eng.ApplyReserved(ctx, familyPartition(f.name), &out,
-		engine.Get(operatorStopKey), engine.Get(k.stop), engine.TTL(operatorStopKey), engine.Get(resetEpochKey)); err != nil {
+		engine.Get(operatorStopKey), engine.Get(k.stop), engine.TTL(operatorStopKey), engine.Get(resetEpochKey), engine.Get(k.used)); err != nil {
 		return nil, err
 	}
 	// An operator stop holds until resumed: like the global stop fence, its
@@ -611,9 +611,15 @@ func (a *Admitter) loadStop(ctx context.Context, f *family, now time.Time, day i
 		f.resetEpoch = epoch
 		f.forget()
 	}
+	// A budget stop holds only while the day's allowance is spent: a
+	// resume deletes the usage with the stop, and a stop another server
+	// wrote just after it, having found the allowance spent just before
+	// it, is read in the same batch as the usage it no longer matches.
+	used, _ := parseInt(out.Results[4].Value)
+	budgetSpent := used >= f.allowance
 	c := &stopCache{day: day, loaded: now}
 	for i, r := range out.Results[:2] {
-		if !r.Found {
+		if !r.Found || i == 1 && !budgetSpent {
 			continue
 		}
 		var rec StopRecord

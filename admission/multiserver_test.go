@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -290,4 +291,50 @@ func TestServersShareOneAllowanceAndOneQuota(t *testing.T) {
 func forEachMemStore(t *testing.T, test func(*testing.T, fixtureMaker)) {
 	t.Run("two batches", func(t *testing.T) { test(t, newFixture) })
 	t.Run("joint step", func(t *testing.T) { test(t, newMemJointFixture) })
+}
+
+// TestBudgetStopDoesNotOutliveAResume: a server that found the allowance
+// spent writes the budget stop after an operator's resume on another
+// server, which gave the family a fresh allowance. The stop it wrote late
+// does not hold: every server reads it with the fresh usage, and admits.
+func TestBudgetStopDoesNotOutliveAResume(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(20)
+	cfg.StateRefresh = 0
+	one, two := fx.admitter(cfg), fx.admitter(cfg)
+	stopKey := newDayKeys(dayOf(fx.clock.Now())).stop
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		if partition == engine.ReservedPartition(familyPartition(DefaultFamily)) && cmds[0].Op == engine.OpSet && cmds[0].Key == stopKey {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+		}
+	}, nil)
+	done := make(chan error)
+	go func() {
+		_, err := admitAll(ctx, one, DefaultFamily, 1)
+		done <- err
+	}()
+	<-held // one found the allowance spent and is about to write the stop
+	if err := two.ResumeFamily(ctx, DefaultFamily); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; code(err) != wire.CodeStopped {
+		t.Fatalf("the server that spent the allowance: %v, want guard_stopped", err)
+	}
+	fx.probe.set(nil, nil)
+	for name, a := range map[string]*Admitter{"the resuming server": two, "a restarted server": fx.admitter(cfg), "the stopping server": one} {
+		if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+			t.Errorf("%s after the resume: %v, want the fresh allowance admitted", name, err)
+		}
+	}
+	st, err := two.State(ctx)
+	if err != nil || len(st) != 1 || st[0].Stopped {
+		t.Fatalf("state after the resume = %+v, %v; want the family running", st, err)
+	}
 }
