@@ -229,7 +229,7 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 	extra := f.extra(qs2, &lt, n)
 	err = a.chargeStore(ctx, f, id, k, &lt, n, n+extra)
 	if errors.Is(err, errOnlyExtra) {
-		// The quotas hold n but not the chunk more: charge n alone.
+		// The quotas hold n but not the commands more: charge n alone.
 		extra = 0
 		err = a.chargeStore(ctx, f, id, k, &lt, n, n)
 	}

@@ -209,3 +209,37 @@ func TestQuotaChunkIsValidated(t *testing.T) {
 		t.Errorf("a quota chunk of 0 (no leases): %v", err)
 	}
 }
+
+// fairRPCOf is fairRPC with n commands.
+func fairRPCOf(n int, source, principal string) *wire.Request {
+	r := rpc(DefaultFamily, n)
+	r.Source, r.Principal = source, principal
+	return r
+}
+
+// TestLeaseHoldsAtMostAChunk: an RPC that its lease cannot cover tops the
+// lease up to a chunk, not a chunk beyond what it still holds, so a
+// restart loses at most one chunk whatever the RPCs' sizes — RPCs larger
+// than the chunk included.
+func TestLeaseHoldsAtMostAChunk(t *testing.T) {
+	for _, sizes := range [][]int{{1, 60, 50}, {250, 250, 250}, {1, 99, 100, 150}} {
+		t.Run(fmt.Sprint(sizes), func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+				fx := newFx(t)
+				a := fx.admitter(leaseConfig())
+				admitted := 0
+				for _, n := range sizes {
+					if err := a.Admit(context.Background(), fairRPCOf(n, "s", "alice")); err != nil {
+						t.Fatal(err)
+					}
+					admitted += n
+				}
+				restarted := fx.admitter(leaseConfig())
+				if got := spendAlone(t, restarted, fairRPC("s", "alice", nil)); got < leaseShare-admitted-leaseChunk {
+					t.Errorf("after RPCs of %v and a restart alice was admitted %d more, want at least %d: the lease held more than a chunk",
+						sizes, got, leaseShare-admitted-leaseChunk)
+				}
+			})
+		})
+	}
+}
