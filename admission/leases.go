@@ -14,7 +14,8 @@ package admission
 // What this keeps:
 //
 //   - No identity is admitted beyond its share: a lease is reserved in the
-//     store, within the share, before anything is taken from it. Near the
+//     store, within the share, and synced there before anything is taken
+//     from it (the RPCs it admits wait for no Sync of their own). Near the
 //     share, a charge that cannot fit its chunk charges the RPC's commands
 //     alone, so the last commands of a share are admitted exactly.
 //   - A fairness denial spends nothing: commands taken from leases go back

@@ -3,10 +3,12 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -241,5 +243,56 @@ func TestLeaseHoldsAtMostAChunk(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestLeaseIsDurableBeforeItAdmits: an RPC admitted from a lease, without
+// a store call, reports nothing pending, so nothing it answers may rest on
+// a reservation a crash could lose. The charge that reserves a chunk makes
+// it durable before the lease holds it, and a lease whose reservation
+// could not be made durable holds nothing.
+func TestLeaseIsDurableBeforeItAdmits(t *testing.T) {
+	fx := newFixture(t)
+	dl := &deferLog{Store: fx.probe}
+	cfg := leaseConfig()
+	cfg.Now = fx.clock.Now
+	a := New(engine.New(dl), cfg)
+	ctx := t.Context()
+
+	// The first RPC reserves a chunk; its caller has not synced yet (its
+	// subject is still running) when the second arrives.
+	if _, err := a.AdmitDeferred(ctx, fairRPC("s", "alice", nil)); err != nil {
+		t.Fatal(err)
+	}
+	first := dl.take()
+	pending, err := a.AdmitDeferred(ctx, fairRPC("s", "alice", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := dl.take()
+	if slices.Contains(second, "defer") {
+		t.Fatalf("second RPC: calls %q, want it admitted from the lease, without a charge", second)
+	}
+	synced := slices.Contains(second, "sync") ||
+		slices.Contains(first[max(0, slices.Index(first, "defer")):], "sync")
+	if !pending && !synced {
+		t.Errorf("the second RPC was admitted from a lease, nothing pending, and no sync followed the reservation (calls %q then %q): a crash could lose what it rests on",
+			first, second)
+	}
+
+	// A reservation that cannot be made durable: the RPC is refused and
+	// the lease holds nothing, so bob's next RPC is charged in the store.
+	dl.syncErr = fmt.Errorf("fsync: %w", engine.ErrUnavailable)
+	pending, err = a.AdmitDeferred(ctx, fairRPC("s2", "bob", nil))
+	if code(err) != wire.CodeUnavailable {
+		t.Fatalf("bob with a failing sync: pending %v, %v, want guard_unavailable", pending, err)
+	}
+	dl.syncErr = nil
+	dl.take()
+	if _, err := a.AdmitDeferred(ctx, fairRPC("s2", "bob", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if calls := dl.take(); !slices.Contains(calls, "defer") {
+		t.Errorf("bob after a failed sync: calls %q, want a charge in the store, not the lease of a reservation that failed", calls)
 	}
 }
