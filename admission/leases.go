@@ -1,6 +1,6 @@
 package admission
 
-// Quota leases. A fair RPC is charged to up to five quotas (a source, its
+// Quota leases. A fair RPC is charged to up to four quotas (a source, its
 // prefix tiers, a principal), each a row the store writes on every charge.
 // For a busy identity most of those writes are avoidable: when a charge
 // goes to the store, it reserves on each quota it charges the RPC's
