@@ -231,7 +231,9 @@ func (a *Admitter) Admit(ctx context.Context, req *wire.Request) error {
 // charged, then refunded when the principal refused) cancel out; a crash that keeps the charge and loses the refund
 // over-charges, the safe direction. Everything else admission writes
 // (chunk leases, stops, warnings, audit records) waits for its own fsync
-// as before.
+// as before, and so does a charge that tops quota leases up: an RPC
+// admitted from a lease reports nothing pending, and must rest on nothing
+// a crash could lose.
 func (a *Admitter) AdmitDeferred(ctx context.Context, req *wire.Request) (pending bool, err error) {
 	if a.invalid != "" {
 		return false, a.Err()
@@ -287,9 +289,10 @@ func (a *Admitter) stoppedMeanwhile(f *family, day int64) error {
 // allowance. The hold ends however the charge ends, so that a lease
 // waiting for it (awaitHolds) never waits longer than the charge.
 //
-// It reports whether the charge wrote to the store, deferred: an RPC whose
-// quotas' leases covered it wrote nothing.
-func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *identities, day, n int64) (charged bool, err error) {
+// It reports whether the charge wrote to the store, deferred, and has not
+// made it durable: an RPC whose quotas' leases covered it wrote nothing,
+// and one that topped leases up synced its charge (see charge).
+func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *identities, day, n int64) (pending bool, err error) {
 	f.held.Add(n)
 	defer func() {
 		if err != nil {
@@ -297,12 +300,12 @@ func (a *Admitter) chargeHeld(ctx context.Context, f *family, c *chunk, id *iden
 		}
 		f.settle(n)
 	}()
-	if charged, err = a.charge(ctx, f, id, a.keysOf(day), n); err != nil {
+	if pending, err = a.charge(ctx, f, id, a.keysOf(day), n); err != nil {
 		return false, err
 	}
 	// A stop made during the charge refuses the RPC: its quotas stay
 	// charged (an over-charge, the safe direction), its commands go back.
-	return charged, a.stoppedMeanwhile(f, day)
+	return pending, a.stoppedMeanwhile(f, day)
 }
 
 // maybeWarn logs the warning of c's day once the commands admitted reach

@@ -102,12 +102,13 @@ type Config struct {
 	Chunk int64
 	// QuotaChunk is how many commands of an identity's daily fairness
 	// quota a server reserves ahead, beyond the RPC that needs them,
-	// capped at 1 % of that quota (see EffectiveChunk): the RPCs of a
-	// busy source or principal then mostly pass fairness without a store
-	// call. What a server holds unspent when it stops, or when its
-	// identity's lease is evicted (at most 10,000 are kept), is lost for
-	// the day: the identity is admitted less, never more. Zero charges
-	// every RPC's quotas in the store.
+	// capped at 1 % of that quota (rounded down: nothing is reserved
+	// ahead of a quota under 100 commands): the RPCs of a busy source or
+	// principal then mostly pass fairness without a store call. What a
+	// server holds unspent when it stops, or when its identity's lease is
+	// evicted (at most 10,000 are kept), is lost for the day: the
+	// identity is admitted less, never more. Zero charges every RPC's
+	// quotas in the store.
 	QuotaChunk int64
 	// WarnPermille is the usage, in thousandths of a family's allowance, at
 	// which a warning is logged once per family and day.

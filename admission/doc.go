@@ -68,8 +68,9 @@
 // # Quota leases
 //
 // A charge that reaches the store reserves, on each quota it charges, the
-// RPC's commands and a chunk more (Config.QuotaChunk, capped at 1 % of the
-// quota's share), which the server keeps as that identity's lease: the
+// RPC's commands and what fills the quota's lease up to a chunk
+// (Config.QuotaChunk, capped at 1 % of the quota's share), which the
+// server keeps as that identity's lease: the
 // identity's next RPCs take from their leases without a store call, and
 // only an RPC some quota's lease cannot cover goes to the store. A share
 // is still never exceeded, a refusal still spends nothing (what an RPC

@@ -209,10 +209,12 @@ func sideOf(ax axis) int {
 }
 
 // charge charges n commands to id's source bucket, its prefix tiers and its
-// principal, all or none, and reports whether it wrote to the store
-// (deferred): an RPC whose every quota's lease holds n is charged from the
-// leases alone (see leases.go).
-func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *dayKeys, n int64) (charged bool, err error) {
+// principal, all or none, and reports whether what it wrote to the store
+// is still to be made durable (deferred, pending a Sync): an RPC whose
+// every quota's lease holds n is charged from the leases alone (see
+// leases.go), and a charge that tops leases up is synced here, before the
+// leases hold it, since the RPCs admitted from them wait for no Sync.
+func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *dayKeys, n int64) (pending bool, err error) {
 	var qs [maxQuotas]quota
 	qs2 := qs[:id.quotas(&qs)]
 	var lt leaseTake
@@ -229,12 +231,24 @@ func (a *Admitter) charge(ctx context.Context, f *family, id *identities, k *day
 	extra := f.extra(qs2, &lt, n)
 	err = a.chargeStore(ctx, f, id, k, &lt, n, n+extra)
 	if errors.Is(err, errOnlyExtra) {
-		// The quotas hold n but not the chunk more: charge n alone.
+		// The quotas hold n but not the commands more: charge n alone.
 		extra = 0
 		err = a.chargeStore(ctx, f, id, k, &lt, n, n)
 	}
+	synced := false
+	if err == nil && extra > 0 {
+		// The RPCs admitted from a lease report nothing pending: what they
+		// rest on must be durable before the lease holds it. One Sync per
+		// chunk, which makes this RPC's own charge durable too. If it
+		// fails, the RPC is refused and the leases hold nothing more; the
+		// quotas stay charged, the safe direction.
+		if err = a.eng.Sync(ctx); err != nil {
+			err = a.unavailable("making a quota lease durable", err)
+		}
+		synced = true
+	}
 	f.settleLeases(&lt, n, extra, err != nil)
-	return err == nil, err
+	return err == nil && !synced, err
 }
 
 // errOnlyExtra reports a charge refused only for the chunk it reserved

@@ -1,11 +1,12 @@
 package admission
 
-// Quota leases. A fair RPC is charged to up to five quotas (a source, its
+// Quota leases. A fair RPC is charged to up to four quotas (a source, its
 // prefix tiers, a principal), each a row the store writes on every charge.
 // For a busy identity most of those writes are avoidable: when a charge
-// goes to the store, it reserves the RPC's commands and a chunk more
-// (Config.QuotaChunk, at most 1 % of the quota) on each quota it charges,
-// and this server keeps the chunk as the identity's lease. The next RPCs
+// goes to the store, it reserves on each quota it charges the RPC's
+// commands and what fills the quota's lease up to a chunk
+// (Config.QuotaChunk, at most 1 % of the quota), and this server keeps
+// that as the identity's lease. The next RPCs
 // of that identity take from its leases without a store call; one whose
 // quotas do not all hold enough goes to the store for the rest, as before,
 // taking from the leases that do.
@@ -13,7 +14,8 @@ package admission
 // What this keeps:
 //
 //   - No identity is admitted beyond its share: a lease is reserved in the
-//     store, within the share, before anything is taken from it. Near the
+//     store, within the share, and synced there before anything is taken
+//     from it (the RPCs it admits wait for no Sync of their own). Near the
 //     share, a charge that cannot fit its chunk charges the RPC's commands
 //     alone, so the last commands of a share are admitted exactly.
 //   - A fairness denial spends nothing: commands taken from leases go back
@@ -148,7 +150,7 @@ func (ls *leases) get(q quota, day, epoch int64) *quotaLease {
 // leaseTake is what takeLeases did for one RPC, quota by quota (in the
 // order of quotas): took[i] is the lease n commands were taken from, or
 // nil when quota i must be charged in the store; refill[i] is the lease
-// that charge tops up, when the RPC may reserve a chunk more.
+// that charge tops up, when the RPC may reserve more than its commands.
 type leaseTake struct {
 	took, refill [maxQuotas]*quotaLease
 }
@@ -156,7 +158,7 @@ type leaseTake struct {
 // takeLeases takes n commands of day from the lease of every quota in qs
 // that holds them, and reports whether all of them did: the RPC then needs
 // no store call. For each quota that does not, it claims the lease's
-// refill when no other RPC has. The RPC charges a chunk more only if it
+// refill when no other RPC has. The RPC tops its leases up only if it
 // claimed every refill it needs (see extra); otherwise it releases its
 // claims and charges its commands alone. Each lease is taken from on its
 // own: an RPC that takes from one and then finds another short gives back
@@ -191,20 +193,23 @@ func (f *family) takeLeases(qs []quota, day, n int64, lt *leaseTake) bool {
 	return all
 }
 
-// extra returns the chunk the store charge of an RPC of n commands may
-// reserve beyond them on each quota it charges: the smallest of those
-// quotas' chunks, and no more than any of them can hold beside n. It is 0
-// when the RPC holds no refill claim.
+// extra returns what the store charge of an RPC of n commands may reserve
+// beyond them on each quota it charges: what tops the least full of those
+// quotas' leases up to its chunk (a lease too short for n may still hold
+// some commands, an RPC larger than the chunk all of it), and no more than
+// any of them can hold beside n. So no lease holds more than its chunk,
+// and a restart loses no more. It is 0 when the RPC holds no refill claim.
 func (f *family) extra(qs []quota, lt *leaseTake, n int64) int64 {
 	extra := int64(-1)
 	for i, q := range qs {
 		if lt.took[i] != nil {
 			continue
 		}
-		if lt.refill[i] == nil {
+		l := lt.refill[i]
+		if l == nil {
 			return 0
 		}
-		e := min(f.quotaChunk[q.ax], max(f.limits[q.ax]-n, 0))
+		e := max(min(f.quotaChunk[q.ax]-l.left.Load(), f.limits[q.ax]-n), 0)
 		if extra < 0 || e < extra {
 			extra = e
 		}

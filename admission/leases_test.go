@@ -3,10 +3,12 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -207,5 +209,90 @@ func TestQuotaChunkIsValidated(t *testing.T) {
 	cfg.QuotaChunk = 0
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("a quota chunk of 0 (no leases): %v", err)
+	}
+}
+
+// fairRPCOf is fairRPC with n commands.
+func fairRPCOf(n int, source, principal string) *wire.Request {
+	r := rpc(DefaultFamily, n)
+	r.Source, r.Principal = source, principal
+	return r
+}
+
+// TestLeaseHoldsAtMostAChunk: an RPC that its lease cannot cover tops the
+// lease up to a chunk, not a chunk beyond what it still holds, so a
+// restart loses at most one chunk whatever the RPCs' sizes — RPCs larger
+// than the chunk included.
+func TestLeaseHoldsAtMostAChunk(t *testing.T) {
+	for _, sizes := range [][]int{{1, 60, 50}, {250, 250, 250}, {1, 99, 100, 150}} {
+		t.Run(fmt.Sprint(sizes), func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, newFx fixtureMaker) {
+				fx := newFx(t)
+				a := fx.admitter(leaseConfig())
+				admitted := 0
+				for _, n := range sizes {
+					if err := a.Admit(context.Background(), fairRPCOf(n, "s", "alice")); err != nil {
+						t.Fatal(err)
+					}
+					admitted += n
+				}
+				restarted := fx.admitter(leaseConfig())
+				if got := spendAlone(t, restarted, fairRPC("s", "alice", nil)); got < leaseShare-admitted-leaseChunk {
+					t.Errorf("after RPCs of %v and a restart alice was admitted %d more, want at least %d: the lease held more than a chunk",
+						sizes, got, leaseShare-admitted-leaseChunk)
+				}
+			})
+		})
+	}
+}
+
+// TestLeaseIsDurableBeforeItAdmits: an RPC admitted from a lease, without
+// a store call, reports nothing pending, so nothing it answers may rest on
+// a reservation a crash could lose. The charge that reserves a chunk makes
+// it durable before the lease holds it, and a lease whose reservation
+// could not be made durable holds nothing.
+func TestLeaseIsDurableBeforeItAdmits(t *testing.T) {
+	fx := newFixture(t)
+	dl := &deferLog{Store: fx.probe}
+	cfg := leaseConfig()
+	cfg.Now = fx.clock.Now
+	a := New(engine.New(dl), cfg)
+	ctx := t.Context()
+
+	// The first RPC reserves a chunk; its caller has not synced yet (its
+	// subject is still running) when the second arrives.
+	if _, err := a.AdmitDeferred(ctx, fairRPC("s", "alice", nil)); err != nil {
+		t.Fatal(err)
+	}
+	first := dl.take()
+	pending, err := a.AdmitDeferred(ctx, fairRPC("s", "alice", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := dl.take()
+	if slices.Contains(second, "defer") {
+		t.Fatalf("second RPC: calls %q, want it admitted from the lease, without a charge", second)
+	}
+	synced := slices.Contains(second, "sync") ||
+		slices.Contains(first[max(0, slices.Index(first, "defer")):], "sync")
+	if !pending && !synced {
+		t.Errorf("the second RPC was admitted from a lease, nothing pending, and no sync followed the reservation (calls %q then %q): a crash could lose what it rests on",
+			first, second)
+	}
+
+	// A reservation that cannot be made durable: the RPC is refused and
+	// the lease holds nothing, so bob's next RPC is charged in the store.
+	dl.syncErr = fmt.Errorf("fsync: %w", engine.ErrUnavailable)
+	pending, err = a.AdmitDeferred(ctx, fairRPC("s2", "bob", nil))
+	if code(err) != wire.CodeUnavailable {
+		t.Fatalf("bob with a failing sync: pending %v, %v, want guard_unavailable", pending, err)
+	}
+	dl.syncErr = nil
+	dl.take()
+	if _, err := a.AdmitDeferred(ctx, fairRPC("s2", "bob", nil)); err != nil {
+		t.Fatal(err)
+	}
+	if calls := dl.take(); !slices.Contains(calls, "defer") {
+		t.Errorf("bob after a failed sync: calls %q, want a charge in the store, not the lease of a reservation that failed", calls)
 	}
 }
