@@ -98,6 +98,8 @@ type family struct {
 	// and a lease holds only for the epoch it was reserved in.
 	leases     *leases
 	leaseEpoch atomic.Int64
+	// leasesTaken is a test's hook (see switches); nil otherwise.
+	leasesTaken func()
 	// deniedDay is the last day a denial of this family was remembered:
 	// before the first one of a day, admissions skip the lookups.
 	deniedDay atomic.Int64
@@ -172,6 +174,7 @@ func newFamily(name string, allowance int64, sh Shares, cfg Config) *family {
 	if cfg.QuotaChunk > 0 {
 		f.leases = newLeases()
 	}
+	f.leasesTaken = cfg.switches.leasesTaken
 	f.cur.Store(&chunk{})
 	for _, fair := range cfg.Fair {
 		f.fair = f.fair || fair == name

@@ -146,6 +146,9 @@ func (c *Config) AddProblem(err error) {
 
 type switches struct {
 	noSource, noPrincipal, noTiers, noDenialCache bool
+	// leasesTaken, when set, runs in takeLeases between the takes and the
+	// check of the lease epoch.
+	leasesTaken func()
 }
 
 // DefaultConfig returns the defaults: 1,000,000 commands a day for one

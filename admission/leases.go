@@ -182,6 +182,19 @@ func (f *family) takeLeases(qs []quota, day, n int64, lt *leaseTake) bool {
 			all, claimedAll = false, false
 		}
 	}
+	if f.leasesTaken != nil {
+		f.leasesTaken()
+	}
+	if f.leaseEpoch.Load() != epoch {
+		// A fairness reset moved the epoch on while the leases were taken:
+		// they may be of the epoch before it, reserved against counters
+		// the reset deleted. Give everything back and charge the store,
+		// so that no RPC is admitted from a lease older than a reset that
+		// has returned.
+		f.settleLeases(lt, n, 0, true)
+		*lt = leaseTake{}
+		return false
+	}
 	if !all && !claimedAll {
 		for i, l := range lt.refill {
 			if l != nil {

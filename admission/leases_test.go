@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,5 +295,41 @@ func TestLeaseIsDurableBeforeItAdmits(t *testing.T) {
 	}
 	if calls := dl.take(); !slices.Contains(calls, "defer") {
 		t.Errorf("bob after a failed sync: calls %q, want a charge in the store, not the lease of a reservation that failed", calls)
+	}
+}
+
+// TestNoRPCIsAdmittedFromALeaseOlderThanAReset: an RPC that took from an
+// identity's lease while a fairness reset on the same server ran, and
+// finds the reset done, gives the lease back and is charged against the
+// fresh counters: after the reset the identity is admitted its fresh
+// share, that RPC included, and not one command more.
+func TestNoRPCIsAdmittedFromALeaseOlderThanAReset(t *testing.T) {
+	fx := newFixture(t)
+	cfg := leaseConfig()
+	taken, resume := make(chan struct{}), make(chan struct{})
+	var hold atomic.Bool
+	cfg.switches.leasesTaken = func() {
+		if hold.CompareAndSwap(true, false) {
+			close(taken)
+			<-resume
+		}
+	}
+	a := fx.admitter(cfg)
+	if err := a.Admit(context.Background(), fairRPC("s", "alice", nil)); err != nil {
+		t.Fatal(err) // alice and s now hold leases
+	}
+	hold.Store(true)
+	done := make(chan error)
+	go func() { done <- a.Admit(context.Background(), fairRPC("s", "alice", nil)) }()
+	<-taken // the RPC took its commands from the leases
+	if _, err := a.ResetFairness(context.Background(), "ops", ResetRequest{Family: DefaultFamily, Source: "s", Principal: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	if err := <-done; err != nil {
+		t.Fatalf("the RPC taken from the leases during the reset: %v", err)
+	}
+	if got := spendAlone(t, a, fairRPC("s", "alice", nil)); got != leaseShare-1 {
+		t.Errorf("after the reset alice was admitted %d more, want her fresh share less the RPC the reset overtook: %d", got, leaseShare-1)
 	}
 }
