@@ -465,6 +465,25 @@ func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition
 	// only over-charges.
 	if err := a.eng.ApplyReservedPartitionDeferred(ctx, partition, &sc.out, sc.cmds[:count]...); err != nil {
 		a.log.Error("refunding a source quota failed; it stays charged", "family", f.name, "err", err)
+	} else {
+		// A counter the refund drove below zero no longer held the charge:
+		// a fairness reset deleted it between the charge and the refund
+		// (and fewer than m commands were charged to it since). Give the
+		// m back to it, so that the fresh count is what was charged since
+		// the reset, not m less. (A counter charged m or more since the
+		// reset cannot be told apart: it is refunded m all the same.)
+		n := 0
+		for i, r := range sc.out.Results[:count] {
+			if r.Int < 0 {
+				sc.cmds[n] = engine.Incr(sc.budgets[i].Key, m, keyTTL)
+				n++
+			}
+		}
+		if n > 0 {
+			if err := a.eng.ApplyReservedPartitionDeferred(ctx, partition, &sc.out, sc.cmds[:n]...); err != nil {
+				a.log.Error("restoring a source quota reset during a refund failed", "family", f.name, "err", err)
+			}
+		}
 	}
 	// A concurrent RPC may have been refused for the charge just given
 	// back: what it remembers must not outlive the refund.

@@ -517,3 +517,36 @@ func TestResumeDuringARefusedChargeGivesNothingBack(t *testing.T) {
 		}
 	})
 }
+
+// TestResetDuringARefundLeavesAFreshCount: on a store of two batches, an
+// RPC whose source was charged and whose principal then refused gives the
+// source's charge back. A fairness reset of that source landing between
+// the charge and the refund deleted the charge already: the refund must
+// not leave the fresh count below zero, which would admit the source more
+// than its share.
+func TestResetDuringARefundLeavesAFreshCount(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := fairConfig(switches{})
+	a := fx.admitter(cfg)
+	exhaustPrincipal(t, fx.admitter(cfg), "spent")
+	var reset atomic.Bool
+	fx.probe.set(func(partition string, cmds []engine.Command) {
+		if cmds[0].Op == engine.OpIncr && cmds[0].Delta < 0 && reset.CompareAndSwap(false, true) {
+			if _, err := a.ResetFairness(ctx, "ops", ResetRequest{Family: DefaultFamily, Source: "s"}); err != nil {
+				t.Error(err)
+			}
+		}
+	}, nil)
+	if err := a.Admit(ctx, fairRPC("s", "spent", nil)); code(err) != wire.CodeLimited || !reset.Load() {
+		t.Fatalf("the spent principal's RPC, its source reset before the refund (%v): %v, want guard_limited", reset.Load(), err)
+	}
+	fx.probe.set(nil, nil)
+	var callers []*wire.Request
+	for i := range 4 {
+		callers = append(callers, fairRPC("s", fmt.Sprint("p", i), nil))
+	}
+	if got := spend(t, a, callers); got != 100 {
+		t.Errorf("after the reset source s was admitted %d, want its fresh share of 100", got)
+	}
+}
