@@ -93,7 +93,7 @@ type quotaLease struct {
 	left       atomic.Int64
 	// refilling is set while one RPC's charge tops the lease up, so that
 	// RPCs arriving meanwhile charge their own commands alone rather than
-	// each reserve a chunk more.
+	// each top it up again.
 	refilling atomic.Bool
 }
 
