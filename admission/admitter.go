@@ -620,9 +620,11 @@ func (a *Admitter) loadStop(ctx context.Context, f *family, now time.Time, day i
 	// A budget stop holds only while the day's allowance is spent: a
 	// resume deletes the usage with the stop, and a stop another server
 	// wrote just after it, having found the allowance spent just before
-	// it, is read in the same batch as the usage it no longer matches.
-	used, _ := parseInt(out.Results[4].Value)
-	budgetSpent := used >= f.allowance
+	// it, is read in the same batch as the usage it no longer matches. A
+	// usage that is not a number says nothing, and the stop holds: never
+	// fail open.
+	used, ok := parseInt(out.Results[4].Value)
+	budgetSpent := !ok || used >= f.allowance
 	c := &stopCache{day: day, loaded: now}
 	for i, r := range out.Results[:2] {
 		if !r.Found || i == 1 && !budgetSpent {

@@ -471,7 +471,10 @@ func (a *Admitter) refund(ctx context.Context, f *family, sc *scratch, partition
 		// (and fewer than m commands were charged to it since). Give the
 		// m back to it, so that the fresh count is what was charged since
 		// the reset, not m less. (A counter charged m or more since the
-		// reset cannot be told apart: it is refunded m all the same.)
+		// reset cannot be told apart: it is refunded m all the same. And
+		// until this second batch lands the counter reads m low: an RPC
+		// charged meanwhile may be admitted up to m beyond the fresh
+		// share.)
 		n := 0
 		for i, r := range sc.out.Results[:count] {
 			if r.Int < 0 {

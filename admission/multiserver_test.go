@@ -338,3 +338,32 @@ func TestBudgetStopDoesNotOutliveAResume(t *testing.T) {
 		t.Fatalf("state after the resume = %+v, %v; want the family running", st, err)
 	}
 }
+
+// TestBudgetStopHoldsWhenTheUsageIsUnreadable: a budget stop holds only
+// while the day's usage says the budget is spent, and a usage that is not
+// a number says nothing: the stop holds, as an unreadable stop record
+// does, rather than let the server admit from the chunk it holds.
+func TestBudgetStopHoldsWhenTheUsageIsUnreadable(t *testing.T) {
+	fx := newFixture(t)
+	ctx := context.Background()
+	cfg := smallConfig(10_000)
+	cfg.Chunk = 100
+	cfg.StateRefresh = 0
+	a := fx.admitter(cfg)
+	if err := a.Admit(ctx, rpc(DefaultFamily, 1)); err != nil {
+		t.Fatal(err) // a chunk leased, 99 of it left
+	}
+	k := newDayKeys(dayOf(fx.clock.Now()))
+	var out engine.StepResult
+	if err := fx.eng.ApplyReserved(ctx, familyPartition(DefaultFamily), &out,
+		engine.Set(k.stop, `{"reason":"daily operation budget exhausted"}`, keyTTL), engine.Set(k.used, "unreadable", keyTTL)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Admit(ctx, rpc(DefaultFamily, 1)); code(err) != wire.CodeStopped {
+		t.Errorf("a budget stop beside an unreadable usage: %v, want guard_stopped", err)
+	}
+	st, err := a.State(ctx)
+	if err != nil || len(st) != 1 || !st[0].Stopped || st[0].OperatorStop {
+		t.Errorf("state = %+v, %v; want the family stopped by its budget", st, err)
+	}
+}
