@@ -337,6 +337,7 @@ func (x *Executor) kvIncr(c *Command, r *Result) error {
 
 func (x *Executor) reserve(c *Command, r *Result) error {
 	var next [MaxBudgets]algo.BudgetState
+	var empty [MaxBudgets]bool // absent or expired before the reservation
 	r.Allowed = true
 	r.Remaining = algo.MaxLimit
 	receiptExpiry := int64(0)
@@ -358,6 +359,7 @@ func (x *Executor) reserve(c *Command, r *Result) error {
 		if ok {
 			st = algo.BudgetState{Count: n, ExpireAt: rec.ExpireAt}
 		}
+		empty[i] = !ok
 		var d algo.Decision
 		next[i], d = algo.Budget{Limit: b.Limit, Window: b.WindowMs}.Reserve(st, x.now, c.Cost)
 		r.Windows = append(r.Windows, WindowResult{Allowed: d.Allowed, Remaining: d.Remaining, ResetAt: d.ResetAt, RetryAfterMs: d.RetryAfter})
@@ -372,8 +374,12 @@ func (x *Executor) reserve(c *Command, r *Result) error {
 		if !r.Allowed && wr.Allowed {
 			// Nothing was reserved: report what the budget had, saturating
 			// like the remaining it was computed as (a counter kv.incr
-			// drove far below zero has all of int64 left).
+			// drove far below zero has all of int64 left), and an empty
+			// budget as empty now: no window was anchored.
 			wr.Remaining = min(wr.Remaining, math.MaxInt64-c.Cost) + c.Cost
+			if empty[i] {
+				wr.ResetAt = x.now
+			}
 		}
 		r.Remaining = min(r.Remaining, wr.Remaining)
 		r.ResetAt = max(r.ResetAt, wr.ResetAt)

@@ -23,6 +23,7 @@ local function buildBudgets(S, counters)
 			local b = {key = key(), limit = num(), window = num(), refundable = arg() == '1'}
 			budgets[i] = b
 			local c, rec = counter(b.key)
+			b.empty = not c -- absent or expired before the reservation
 			-- algo.Budget.Reserve: an empty or expired budget starts a window.
 			local count, expireAt = 0, now + b.window
 			if c then
@@ -46,9 +47,14 @@ local function buildBudgets(S, counters)
 				receiptExpiry = expireAt
 			end
 		end
-		for _, d in ipairs(r[WINDOWS]) do
+		for i, d in ipairs(r[WINDOWS]) do
 			if not r[ALLOWED] and d.allowed then
+				-- Nothing was reserved: what the budget had, and an empty
+				-- budget empty now (no window was anchored).
 				d.remaining = d.remaining + cost
+				if budgets[i].empty then
+					d.resetAt = now
+				end
 			end
 			r[REMAINING] = min(r[REMAINING], d.remaining)
 			r[RESET_AT] = max(r[RESET_AT], d.resetAt)
