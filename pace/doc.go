@@ -154,9 +154,11 @@ fn starts, with the slot it was admitted at, for metrics of waits.
     and an upstream counting arrivals may see a few more than the limit
     in one window.
   - Never more than [Config.Concurrency] leases are live: more calls run
-    at once only if a lease expires under a call that could not renew it
-    (a stalled process, a store unreachable until the lease expired), which is
-    logged.
+    at once only if a lease expires under a running call that could not
+    renew it (a stalled process, a store unreachable until the lease
+    expired), which is logged. A call whose lease expired before fn
+    started renews it with its take and its claim, finds it gone, and
+    queues for another: it never starts without one.
   - Leases are taken in the order callers took their tickets, across
     every process, except that two callers arriving within one round
     trip of each other may be served in either order, and so may a
