@@ -111,6 +111,23 @@ func newID() string {
 // resume where they failed.
 func (c *caller) admit(ctx context.Context) (*admission, error) {
 	a := &admission{c: c, id: newID()}
+	// A drop hook that panics leaves admit with the call's place held:
+	// give it back, and stop the renewal that would keep the lease for
+	// ever.
+	returned := false
+	defer func() {
+		if !returned {
+			a.release(ctx)
+		}
+	}()
+	admitted, err := a.admit(ctx)
+	returned = true
+	return admitted, err
+}
+
+// admit runs the admission a (see caller.admit).
+func (a *admission) admit(ctx context.Context) (*admission, error) {
+	c := a.c
 	drops := 0
 	for {
 		err := a.advance(ctx)
