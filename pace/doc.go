@@ -103,7 +103,8 @@ limiter, in every process: an [*http.Response] with status 429, or a
 [RateLimitHook]'s verdict on a response that hides its limit in a body. The
 pause lasts until the Retry-After the upstream gave, in seconds or as an
 HTTP date, from an http.Header or a plain map ([RetryAfter],
-[RetryAfterMap]), or for the retry policy's backoff when it gave none.
+[RetryAfterMap]), or for the retry policy's backoff when it gave none
+or nothing to wait (0, or a date already past): a 429 always pauses.
 Concurrent pauses do not stack: the deadline is the latest of them, so
 pauses of 5 s, 60 s and 5 s wait 60 s. Nor does a pause reopen a full
 window: the window recovering at the deadline offers at most
