@@ -111,6 +111,23 @@ func newID() string {
 // resume where they failed.
 func (c *caller) admit(ctx context.Context) (*admission, error) {
 	a := &admission{c: c, id: newID()}
+	// A drop hook that panics leaves admit with the call's place held:
+	// give it back, and stop the renewal that would keep the lease for
+	// ever.
+	returned := false
+	defer func() {
+		if !returned {
+			a.release(ctx)
+		}
+	}()
+	admitted, err := a.admit(ctx)
+	returned = true
+	return admitted, err
+}
+
+// admit runs the admission a (see caller.admit).
+func (a *admission) admit(ctx context.Context) (*admission, error) {
+	c := a.c
 	drops := 0
 	for {
 		err := a.advance(ctx)
@@ -302,7 +319,11 @@ func (a *admission) newPending(mode engine.Mode, steps ...engine.Step) {
 func (a *admission) once(ctx context.Context) (*engine.Response, error) {
 	req := *a.pending
 	if a.sends > 0 && req.Mode == engine.All {
-		req.Steps = append(slices.Clip(req.Steps), engine.Step{Partition: a.c.part, Commands: []engine.Command{a.cfg.pace(keyLog).Claim(probeAt, 1, 0)}})
+		cmds := []engine.Command{a.cfg.pace(keyLog).Claim(probeAt, 1, 0)}
+		if i := renewIndex(req.Steps[0].Commands); i >= 0 {
+			cmds = append(cmds, req.Steps[0].Commands[i])
+		}
+		req.Steps = append(slices.Clip(req.Steps), engine.Step{Partition: a.c.part, Commands: cmds})
 	}
 	a.sends++
 	a.sent = time.Now()
@@ -313,6 +334,54 @@ func (a *admission) once(ctx context.Context) (*engine.Response, error) {
 	a.resent = a.sends > 1
 	a.pending = nil
 	return resp, nil
+}
+
+// renewIndex returns the index of the renewal of the call's lease among
+// cmds, or -1.
+func renewIndex(cmds []engine.Command) int {
+	return slices.IndexFunc(cmds, func(c engine.Command) bool { return c.Op == engine.OpRenew })
+}
+
+// renewal returns the commands renewing the call's lease, sent with every
+// take and claim of a call holding one: a call must not start fn on a lease
+// that expired while it waited (a store out of its reach, or the process
+// stalled, for longer than LeaseTTL), since the lease may be another
+// caller's by then.
+func (a *admission) renewal() []engine.Command {
+	if !a.leased {
+		return nil
+	}
+	return []engine.Command{engine.Renew(keyGate, a.id, a.cfg.LeaseTTLMs)}
+}
+
+// leaseLost reports whether the answer resp to a take or a claim, whose
+// first step's commands were cmds, says that the call's lease had expired:
+// from the step appended on a resend when the first step was a replay,
+// whose answer is as old as its first run.
+func leaseLost(cmds []engine.Command, resp *engine.Response) bool {
+	i := renewIndex(cmds)
+	if i < 0 {
+		return false
+	}
+	st := resp.Steps[0]
+	if st.Replayed && len(resp.Steps) > 1 {
+		st, i = resp.Steps[len(resp.Steps)-1], 1
+	}
+	return i < len(st.Results) && !st.Results[i].Found
+}
+
+// lostLease gives up the lease that expired before the call could start
+// fn, and sends the call back to the gate's queue for another. The slot it
+// held stays in the log, unused.
+func (a *admission) lostLease() error {
+	a.c.reg.log.Warn("pace: a lease expired before its call started; waiting for another", "limiter", a.c.name)
+	if a.renew != nil {
+		a.renew.stop()
+		a.renew = nil
+	}
+	a.leased = false
+	a.phase = a.first()
+	return nil
 }
 
 // clock returns the store's clock when resp was answered, from the probe
@@ -340,7 +409,7 @@ func clock(resp *engine.Response, probe int) int64 {
 func (a *admission) take(ctx context.Context) (bool, error) {
 	if a.pending == nil {
 		p := a.cfg.pace(keyLog)
-		cmds := []engine.Command{engine.Get(keyConfig), p.Take(1, a.maxWait(ctx)), p.Claim(probeAt, 1, 0)}
+		cmds := append([]engine.Command{engine.Get(keyConfig), p.Take(1, a.maxWait(ctx)), p.Claim(probeAt, 1, 0)}, a.renewal()...)
 		if a.waiting {
 			cmds = append(cmds, engine.Release(keyWaiting, a.id))
 		}
@@ -350,7 +419,8 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 		}
 		a.newPending(engine.All, engine.Step{Partition: a.c.part, Commands: cmds})
 	}
-	maxWait := a.pending.Steps[0].Commands[1].MaxWaitMs
+	sent := a.pending.Steps[0].Commands
+	maxWait := sent[1].MaxWaitMs
 	resp, err := a.once(ctx)
 	if err != nil {
 		return false, err
@@ -365,6 +435,8 @@ func (a *admission) take(ctx context.Context) (bool, error) {
 	switch {
 	case !t.Allowed:
 		return false, a.tooLong(t.RetryAfterMs, maxWait)
+	case leaseLost(sent, resp):
+		return false, a.lostLease()
 	case a.resent && t.At < a.now:
 		a.missed("a slot came while the store was unreachable")
 		return false, nil
@@ -433,13 +505,14 @@ func (a *admission) claim(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		p := a.cfg.pace(keyLog)
-		cmds := []engine.Command{engine.Get(keyConfig), p.Claim(a.slot, 1, a.maxWait(ctx)), p.Claim(probeAt, 1, 0)}
+		cmds := append([]engine.Command{engine.Get(keyConfig), p.Claim(a.slot, 1, a.maxWait(ctx)), p.Claim(probeAt, 1, 0)}, a.renewal()...)
 		if a.waiting {
 			cmds = append(cmds, engine.Release(keyWaiting, a.id))
 		}
 		a.newPending(engine.All, engine.Step{Partition: a.c.part, Commands: cmds})
 	}
-	maxWait := a.pending.Steps[0].Commands[1].MaxWaitMs
+	sent := a.pending.Steps[0].Commands
+	maxWait := sent[1].MaxWaitMs
 	resp, err := a.once(ctx)
 	if err != nil {
 		return false, err
@@ -452,6 +525,8 @@ func (a *admission) claim(ctx context.Context) (bool, error) {
 	a.now = clock(resp, 2)
 	cl := res[1]
 	switch {
+	case leaseLost(sent, resp) && (cl.Allowed || cl.At == a.slot && a.now < a.slot):
+		return false, a.lostLease()
 	case cl.Allowed && a.resent && cl.At < a.now: // see take
 		a.missed("a slot came while the store was unreachable")
 		return false, nil

@@ -32,8 +32,8 @@ import (
 //
 //   - An upstream rate limit — an *http.Response with status 429, or a
 //     rate-limit hook's verdict — pauses every caller of the limiter until
-//     its Retry-After (or the retry policy's backoff when it gives none),
-//     and the call is retried after the pause.
+//     its Retry-After (or the retry policy's backoff when it gives none,
+//     or 0), and the call is retried after the pause.
 //   - A failure — an error from fn, or an error hook's verdict — is retried
 //     with the retry policy's backoff if it is retryable: fn's errors are,
 //     unless they are context errors or marked Permanent.

@@ -103,7 +103,8 @@ limiter, in every process: an [*http.Response] with status 429, or a
 [RateLimitHook]'s verdict on a response that hides its limit in a body. The
 pause lasts until the Retry-After the upstream gave, in seconds or as an
 HTTP date, from an http.Header or a plain map ([RetryAfter],
-[RetryAfterMap]), or for the retry policy's backoff when it gave none.
+[RetryAfterMap]), or for the retry policy's backoff when it gave none
+or nothing to wait (0, or a date already past): a 429 always pauses.
 Concurrent pauses do not stack: the deadline is the latest of them, so
 pauses of 5 s, 60 s and 5 s wait 60 s. Nor does a pause reopen a full
 window: the window recovering at the deadline offers at most
@@ -154,9 +155,11 @@ fn starts, with the slot it was admitted at, for metrics of waits.
     and an upstream counting arrivals may see a few more than the limit
     in one window.
   - Never more than [Config.Concurrency] leases are live: more calls run
-    at once only if a lease expires under a call that could not renew it
-    (a stalled process, a store unreachable until the lease expired), which is
-    logged.
+    at once only if a lease expires under a running call that could not
+    renew it (a stalled process, a store unreachable until the lease
+    expired), which is logged. A call whose lease expired before fn
+    started renews it with its take and its claim, finds it gone, and
+    queues for another: it never starts without one.
   - Leases are taken in the order callers took their tickets, across
     every process, except that two callers arriving within one round
     trip of each other may be served in either order, and so may a

@@ -278,3 +278,28 @@ func TestWaitingSurvivesAStoreRestart(t *testing.T) {
 		}
 	})
 }
+
+// A drop hook that panics while its call holds a lease does not take the
+// lease with it: the call gives the lease back as the panic leaves it, and
+// stops renewing it.
+func TestPanickingDropHookGivesTheLeaseBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(5, time.Second)
+		cfg.Concurrency, cfg.LeaseTTL = 1, time.Second
+		api, f, _, reg := faulty(t, cfg, pace.WithOnDrop(func(pace.Drop) { panic("hook") }))
+		// The take fails, and goes on failing past LeaseTTL: a drop.
+		f.set(func(f *faultStore) { f.fail = func(b *engine.Batch) bool { return hasOp(b, engine.OpPaceTake) } })
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the drop hook's panic did not reach the caller")
+				}
+			}()
+			pace.Call(t.Context(), api, func(context.Context) (int, error) { return 0, nil })
+		}()
+		s, err := reg.Stats(t.Context(), "api")
+		if err != nil || s.InFlight != 0 {
+			t.Errorf("%d leases in flight (%v) after the call panicked; want 0", s.InFlight, err)
+		}
+	})
+}

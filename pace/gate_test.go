@@ -418,3 +418,46 @@ func TestWaiterGivingUpMarksATicketItNeverHeardOf(t *testing.T) {
 		}
 	})
 }
+
+// A call whose lease expired while it waited for its slot, the store out of
+// its reach for longer than LeaseTTL, does not start fn without a lease:
+// the lease is another caller's by then, and it waits for a lease again.
+func TestCallWhoseLeaseExpiredBeforeFnStartedWaitsForAnother(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newStore(t)
+		configure(t, pace.NewRegistry(store), "api", capped(1, time.Second))
+		// Process 1 takes its lease, then loses the store for its take and
+		// its renewals until 3 s: its lease expires at about 1 s.
+		var cut atomic.Bool
+		cut.Store(true)
+		link := &faultStore{Store: store, fail: func(b *engine.Batch) bool {
+			return cut.Load() && (hasOp(b, engine.OpPaceTake) || hasOp(b, engine.OpRenew))
+		}}
+		p1 := pace.Define("api").Bind(pace.NewRegistry(link))
+		p2 := pace.Define("api").Bind(pace.NewRegistry(store))
+		var running, peak atomic.Int64
+		call := func(b *pace.Bound, d time.Duration) {
+			if _, err := pace.Call(t.Context(), b, func(context.Context) (int, error) {
+				n := running.Add(1)
+				if n > peak.Load() {
+					peak.Store(n)
+				}
+				time.Sleep(d)
+				running.Add(-1)
+				return 0, nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { call(p1, time.Second) })
+		time.Sleep(2 * time.Second) // the lease of process 1 has expired
+		wg.Go(func() { call(p2, 10*time.Second) })
+		time.Sleep(time.Second)
+		cut.Store(false)
+		wg.Wait()
+		if got := peak.Load(); got != 1 {
+			t.Errorf("%d calls ran at once under a cap of 1", got)
+		}
+	})
+}

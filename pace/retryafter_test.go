@@ -91,3 +91,18 @@ func TestGarbageRetryAfterFallsBackToBackoff(t *testing.T) {
 		}
 	})
 }
+
+// A 429 whose Retry-After asks for no wait still pauses, for the backoff:
+// the upstream has just refused a call.
+func TestZeroRetryAfterPausesForTheBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		api, _ := bound(t)
+		var a attempts
+		if _, err := pace.Call(t.Context(), api, a.fn(response(429, "Retry-After", "0"), response(200))); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.at) != 2 || a.at[1] != 500*time.Millisecond {
+			t.Errorf("attempts at %v, want the retry after the 500 ms backoff", a.at)
+		}
+	})
+}
