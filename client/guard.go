@@ -57,9 +57,9 @@ func (c GuardConfig) Validate() error {
 //   - a denial cache: a partition and windows the server denied are
 //     answered from memory, with no RPC, until the delay the server gave
 //     for the same hit (RetryAfterMs, the window's reset for a fixed
-//     window) has passed, for any cost at least the denied one (a step
-//     back of the Guard's clock ends it, so that it never outlasts that
-//     delay);
+//     window) has passed since the hit was sent, for any cost at least the
+//     denied one (a step back of the Guard's clock ends it, so that it
+//     never outlasts that delay);
 //   - its FailMode while the server is unavailable;
 //   - for Degraded, per-process fixed-window counters of the same windows,
 //     used only while the server is unavailable: healthy traffic never
@@ -205,6 +205,10 @@ func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows .
 			return Decision{Remaining: d.remaining, RetryAfter: d.until.Sub(now), Origin: OriginCache}, nil
 		}
 	}
+	// The server's delay runs from its decision, which is no earlier than
+	// the send: a denial is cached from the send, so that the time the
+	// answer took to arrive never extends it.
+	sent := g.clock.Now()
 	resp, err := g.c.Do(ctx, &engine.Request{Steps: []engine.Step{step}})
 	if err != nil {
 		if !isUnavailable(err) || ctx.Err() != nil {
@@ -221,9 +225,8 @@ func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows .
 	d := Decision{Allowed: r.Allowed, Remaining: r.Remaining, Origin: OriginServer}
 	if !r.Allowed {
 		d.RetryAfter = time.Duration(r.RetryAfterMs) * time.Millisecond
-		if d.RetryAfter > 0 {
-			now := g.clock.Now()
-			g.denials.Add(key, denial{at: now, until: now.Add(d.RetryAfter), cost: cost, remaining: r.Remaining})
+		if until := sent.Add(d.RetryAfter); d.RetryAfter > 0 && g.clock.Now().Before(until) {
+			g.denials.Add(key, denial{at: sent, until: until, cost: cost, remaining: r.Remaining})
 		}
 	}
 	return d, nil

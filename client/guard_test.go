@@ -478,3 +478,43 @@ func TestGuardCallerGivesUp(t *testing.T) {
 		})
 	}
 }
+
+// TestGuardDenialCacheCountsFromTheSend lets the Guard's clock run while
+// the denying answer travels: the server's delay runs from its decision,
+// which is no earlier than the send, so the cached denial ends the delay
+// after the send, not after the answer arrived. At that instant, with the
+// server's window reset, the next hit asks the server and is admitted.
+func TestGuardDenialCacheCountsFromTheSend(t *testing.T) {
+	h := newHarness(t)
+	g, clock := newGuard(t, h.client(), client.FailClosed)
+	w := fixed("per-second", 1, 1000)
+	hit := func() client.Decision {
+		t.Helper()
+		d, err := g.Hit(ctxT(t), "alice", 1, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if d := hit(); !d.Allowed {
+		t.Fatalf("first hit: %+v", d)
+	}
+	// The denial takes 400ms to come back.
+	h.before = func(http.ResponseWriter, *http.Request) bool {
+		clock.Advance(400 * time.Millisecond)
+		return false
+	}
+	if d := hit(); d.Allowed || d.Origin != client.OriginServer || d.RetryAfter != time.Second {
+		t.Fatalf("second hit: %+v, want the server's denial for 1s", d)
+	}
+	h.before = nil
+	if d := hit(); d.Allowed || d.Origin != client.OriginCache || d.RetryAfter != 600*time.Millisecond {
+		t.Fatalf("repeat as the answer arrives: %+v, want cached for what is left of the 1s since the send", d)
+	}
+	// One second after the send, the server's window has reset.
+	clock.Advance(600 * time.Millisecond)
+	h.clock.Advance(time.Second)
+	if d := hit(); !d.Allowed || d.Origin != client.OriginServer {
+		t.Fatalf("a second after the send: %+v, want allowed by the server", d)
+	}
+}
