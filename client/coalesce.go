@@ -156,7 +156,7 @@ func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
 	case status == http.StatusNotFound:
 		return nil, errNoEnvelope
 	case status != http.StatusOK:
-		return nil, answerError(status, answer)
+		return nil, envelopeError(status, answer)
 	}
 	var resp wire.EnvelopeResponse
 	if err := wire.DecodeEnvelopeResponse(answer, &resp); err != nil {

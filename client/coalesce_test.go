@@ -500,3 +500,82 @@ func TestEnvelopeOfLargeAnswers(t *testing.T) {
 		}
 	})
 }
+
+// envelopeRefuser is a client transport over an inProcess server that
+// answers every envelope as a whole with status and the problem of code.
+type envelopeRefuser struct {
+	*inProcess
+	status int
+	code   wire.Code
+}
+
+func (e *envelopeRefuser) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path != wire.PathRPCs {
+		return e.inProcess.RoundTrip(r)
+	}
+	e.envs.Add(1)
+	rec := httptest.NewRecorder()
+	rec.Header().Set("Content-Type", "application/problem+json")
+	rec.WriteHeader(e.status)
+	_ = json.NewEncoder(rec).Encode(wire.NewProblem(e.code, "the envelope as a whole"))
+	return rec.Result(), nil
+}
+
+// TestEnvelopeRefusedAsAWhole answers an envelope of two valid calls with
+// an error of the whole envelope: nothing in it ran, and neither caller
+// made a mistake of its own, so each is unavailable (the server's problem
+// its cause), never engine.ErrInvalid, engine.ErrOperationConflict or
+// another error of a request it did not send wrong.
+func TestEnvelopeRefusedAsAWhole(t *testing.T) {
+	for _, tc := range []struct {
+		status int
+		code   wire.Code
+		is     error
+	}{
+		{http.StatusBadRequest, wire.CodeInvalid, wire.ErrInvalid},
+		{http.StatusBadRequest, wire.CodeWrongType, nil},
+		{http.StatusConflict, wire.CodeConflict, wire.ErrConflict},
+		{http.StatusServiceUnavailable, wire.CodeStopped, wire.ErrStopped},
+	} {
+		t.Run(string(tc.code), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newInProcess(t)
+				cfg := client.DefaultConfig()
+				cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
+				cfg.HTTPClient = &http.Client{Transport: &envelopeRefuser{inProcess: p, status: tc.status, code: tc.code}}
+				cfg.Coalesce = 1
+				c := client.New(cfg)
+				defer c.Close()
+				one := func(cmd engine.Command) *engine.Request {
+					return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
+				}
+				var wg sync.WaitGroup
+				wg.Go(func() { _, _ = c.Do(t.Context(), one(engine.Get("first"))) })
+				synctest.Wait() // the first call holds the one place
+				var errs [2]error
+				for i := range errs {
+					wg.Go(func() { _, errs[i] = c.Do(t.Context(), one(engine.Incr("n", 1, 60_000))) })
+				}
+				synctest.Wait()
+				close(p.gate)
+				wg.Wait()
+				if p.envs.Load() != 1 {
+					t.Fatalf("%d envelopes, want 1", p.envs.Load())
+				}
+				for i, err := range errs {
+					if !errors.Is(err, client.ErrUnavailable) {
+						t.Errorf("caller %d: %v, want ErrUnavailable", i, err)
+					}
+					for _, not := range []error{engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow, engine.ErrOperationConflict} {
+						if errors.Is(err, not) {
+							t.Errorf("caller %d: %v, is %v", i, err, not)
+						}
+					}
+					if tc.is != nil && !errors.Is(err, tc.is) {
+						t.Errorf("caller %d: %v, want the server's problem %v as its cause", i, err, tc.is)
+					}
+				}
+			})
+		})
+	}
+}

@@ -121,7 +121,8 @@ failure. The server's
 400 invalid, wrong_type and overflow answers and its 409 conflict are
 engine.ErrInvalid, engine.ErrWrongType, engine.ErrOverflow and
 engine.ErrOperationConflict; a 400 or 409 without one of those codes is
-unavailability.
+unavailability. So is any error answering a whole envelope, whatever its
+code: nothing in it ran, and no caller in it made a mistake of its own.
 
 # Configuring paced-call limiters
 

@@ -39,16 +39,32 @@ func answerError(status int, body []byte) error {
 	return problemError(status, p)
 }
 
+// envelopeError maps a non-200 answer to a whole envelope to the error of
+// every call it carried. Nothing in the envelope ran, and no caller made a
+// mistake of its own (its request was checked before it was sent), so
+// every such answer is unavailability, the server's problem its cause.
+func envelopeError(status int, body []byte) error {
+	var p wire.Problem
+	if json.Unmarshal(body, &p) != nil {
+		p = wire.Problem{}
+	}
+	return unavailable(answerCause(status, p))
+}
+
+// answerCause returns the cause of a non-200 answer: its problem document
+// as a *wire.Error, or the status when it had none.
+func answerCause(status int, p wire.Problem) error {
+	if p.Code == "" {
+		return fmt.Errorf("unexpected answer %d %s", status, http.StatusText(status))
+	}
+	p.Status = status // trust the transport over the document
+	return &wire.Error{Problem: p}
+}
+
 // problemError maps a non-200 status and its problem document (one
 // without a code when there was none) to the client's error.
 func problemError(status int, p wire.Problem) error {
-	var cause error
-	if p.Code != "" {
-		p.Status = status // trust the transport over the document
-		cause = &wire.Error{Problem: p}
-	} else {
-		cause = fmt.Errorf("unexpected answer %d %s", status, http.StatusText(status))
-	}
+	cause := answerCause(status, p)
 	switch {
 	case status == http.StatusBadRequest && p.Code == wire.CodeInvalid:
 		return fmt.Errorf("%w: %w", engine.ErrInvalid, cause)
