@@ -62,7 +62,9 @@ func (c LimitersConfig) Validate() error {
 //
 // Every method returns the server's refusals as a *wire.Error, which
 // errors.Is matches against wire.ErrNoSuchLimiter, wire.ErrInvalid or
-// wire.ErrUnauthorized; a failure to reach the server wraps ErrUnavailable.
+// wire.ErrUnauthorized; a failure to reach the server, or a failure of
+// the server (a 5xx answer, its *wire.Error the cause), wraps
+// ErrUnavailable: the outcome is unknown.
 // A name no limiter can have (see wire.ValidateLimiterName) is refused as
 // the server refuses it, wire.ErrInvalid, without sending anything.
 // A Limiters is safe for concurrent use.
@@ -192,7 +194,13 @@ func (l *Limiters) do(ctx context.Context, method, path, contentType string, bod
 		var p wire.Problem
 		if json.Unmarshal(answer, &p) == nil && p.Code != "" {
 			p.Status = resp.StatusCode
-			return fmt.Errorf("%s %s: %w", method, path, &wire.Error{Problem: p})
+			var err error = &wire.Error{Problem: p}
+			if resp.StatusCode >= 500 {
+				// The server failed (its store, its configuration): the
+				// outcome is unknown, as after a timeout.
+				err = unavailable(err)
+			}
+			return fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		return fmt.Errorf("%s %s: %w", method, path, unavailable(fmt.Errorf("unexpected answer %s", resp.Status)))
 	}

@@ -116,3 +116,29 @@ func TestLimiterAndPolicyNamesCheckedBeforeSending(t *testing.T) {
 		t.Errorf("%d requests sent for names no limiter or policy can have, want none", n)
 	}
 }
+
+// TestLimitersServerFailureIsUnavailable answers 503 guard_unavailable, the
+// server's store failing under a configuration call: the outcome is
+// unknown, as after a timeout, so the error wraps ErrUnavailable as every
+// other failure does, with the server's problem as its cause. A refusal
+// (404 no_such_limiter) stays a refusal.
+func TestLimitersServerFailureIsUnavailable(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte(`{"type":"about:blank","title":"Service Unavailable","status":503,"code":"guard_unavailable","reason":"store unavailable"}`))
+	}))
+	defer srv.Close()
+	l, err := client.NewLimiters(client.LimitersConfig{URL: srv.URL, Key: strings.Repeat("k", 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Configure(context.Background(), "billing-api", wire.LimiterConfig{})
+	if !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, wire.ErrUnavailable) {
+		t.Errorf("a 503 guard_unavailable: %v, want ErrUnavailable with the server's problem", err)
+	}
+	if errors.Is(err, wire.ErrInvalid) || errors.Is(err, wire.ErrNoSuchLimiter) {
+		t.Errorf("a 503 guard_unavailable: %v, matches a refusal", err)
+	}
+}

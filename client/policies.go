@@ -17,7 +17,9 @@ import (
 //
 // Every method returns the server's refusals as a *wire.Error, which
 // errors.Is matches against wire.ErrNoSuchPolicy, wire.ErrInvalid or
-// wire.ErrUnauthorized; a failure to reach the server wraps ErrUnavailable.
+// wire.ErrUnauthorized; a failure to reach the server, or a failure of
+// the server (a 5xx answer, its *wire.Error the cause), wraps
+// ErrUnavailable: the outcome is unknown.
 // A name no policy can have (see wire.ValidatePolicyName) is refused as the
 // server refuses it, wire.ErrInvalid, without sending anything.
 // A Policies is safe for concurrent use.
