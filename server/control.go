@@ -70,6 +70,7 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeProblem(w, wire.CodeInvalid, "reading the body failed")
 		return false
 	}
+	keepConnection(w, r)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return true
 	}

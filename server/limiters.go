@@ -303,6 +303,7 @@ func readLimiterBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		writeProblem(w, wire.CodeInvalid, "reading the body failed")
 		return nil, false
 	}
+	keepConnection(w, r)
 	return body, true
 }
 

@@ -125,6 +125,7 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, name string) 
 		writeProblem(w, wire.CodeInvalid, "reading the body failed")
 		return
 	}
+	keepConnection(w, r)
 	cfg, err := decodePolicyConfig(body)
 	if err != nil {
 		writeProblem(w, wire.CodeInvalid, fmt.Sprintf("policy %q: %v", name, err))

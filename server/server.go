@@ -88,11 +88,29 @@ func New(eng *engine.Engine, cfg Config) *Server {
 // where http.ServeMux would redirect it, with no problem document, to the
 // path cleaned.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && (r.ContentLength < 0 || r.ContentLength > wire.MaxBody) {
+		// Until a handler reads the body whole (keepConnection), its
+		// answer closes the connection: net/http would otherwise drain
+		// up to 256 KiB of a body the handler refused unread (no
+		// signature, no token, no endpoint) or left unread (a GET),
+		// hoping to keep the connection alive.
+		w.Header()["Connection"] = closeConnection
+	}
 	if p := r.URL.Path; r.Method != http.MethodConnect && !isCleanPath(p) {
 		writeProblem(w, wire.CodeNotFound, "no such endpoint")
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+var closeConnection = []string{"close"}
+
+// keepConnection lets the answer to a request whose body its handler has
+// read whole keep an HTTP/1 connection alive (see ServeHTTP).
+func keepConnection(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 {
+		delete(w.Header(), "Connection")
+	}
 }
 
 // isCleanPath reports whether p is a path http.ServeMux serves as it is,
@@ -188,6 +206,7 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, b
 		writeProblem(w, wire.CodeUnauthorized, "the body could not be read, so its signature could not be checked")
 		return nil, false
 	}
+	keepConnection(w, r)
 	if err := s.verifier.Verify(s.now(), ts, sig, r.Method, r.URL.Path, body); err != nil {
 		writeProblem(w, wire.CodeUnauthorized, err.Error())
 		return nil, false

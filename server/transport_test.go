@@ -714,3 +714,121 @@ func TestRefusedStreamKeepsTheConnection(t *testing.T) {
 		t.Fatalf("the next request on the connection: status %s, want 200", got)
 	}
 }
+
+// TestRefusalBeforeTheBodyOnTheWire streams a 100 MB chunked body to each
+// endpoint that answers before reading its body — a signed endpoint
+// without signature headers, an operator or limits endpoint without the
+// token, no endpoint at all, a GET — and counts the bytes the server
+// took off the socket before it answered: the request head and one buffer
+// of read-ahead, never the 256 KiB net/http drains from a body the handler
+// left unread when the connection is to be kept.
+func TestRefusalBeforeTheBodyOnTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		name, method, path, headers string
+		status                      int
+	}{
+		{"rpc unsigned", http.MethodPost, wire.PathRPC, "", http.StatusUnauthorized},
+		{"rpc without signature", http.MethodPost, wire.PathRPC, wire.HeaderTimestamp + ": 1767225600\r\n", http.StatusUnauthorized},
+		{"envelope unsigned", http.MethodPost, wire.PathRPCs, "", http.StatusUnauthorized},
+		{"stop without token", http.MethodPost, wire.PathStop, "", http.StatusUnauthorized},
+		{"stop with a wrong token", http.MethodPost, wire.PathStop, "Authorization: Bearer wrong\r\n", http.StatusUnauthorized},
+		{"limiter without token", http.MethodPut, wire.PathLimiters + "/billing", "", http.StatusUnauthorized},
+		{"policy without token", http.MethodPut, wire.PathPolicies + "/login", "", http.StatusUnauthorized},
+		{"limiters wrong method", http.MethodPost, wire.PathLimiters, "", http.StatusMethodNotAllowed},
+		{"ping wrong method", http.MethodPost, wire.PathPing, "", http.StatusMethodNotAllowed},
+		{"no such endpoint", http.MethodPost, "/v1/nothing", "", http.StatusNotFound},
+		{"state, which reads no body", http.MethodGet, wire.PathState, "Authorization: Bearer " + strings.Repeat("o", wire.MinSecretLen) + "\r\n", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			counts := &socketCounts{}
+			counts.readBeforeWrite.Store(-1)
+			hs := httptest.NewUnstartedServer(newBoundServer(t))
+			hs.Listener = countingListener{hs.Listener, counts}
+			hs.Start()
+			defer hs.Close()
+			resp := streamChunked(t, hs.Listener.Addr().String(),
+				fmt.Sprintf("%s %s HTTP/1.1\r\nHost: sluice\r\nTransfer-Encoding: chunked\r\n%s\r\n", tc.method, tc.path, tc.headers))
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if !resp.Close {
+				t.Error("the refusal keeps the connection open; want Connection: close")
+			}
+			const slack = 8 << 10 // request head, chunk framing, one bufio buffer
+			if got := counts.readBeforeWrite.Load(); got > slack {
+				t.Errorf("the server read %d bytes off the socket before answering, want at most %d", got, slack)
+			}
+		})
+	}
+}
+
+// streamChunked sends head to addr, then up to 100 MB of chunked body
+// until the server answers, and returns the answer.
+func streamChunked(t *testing.T, addr, head string) *http.Response {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	sent := make(chan int64, 1)
+	go func() {
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		frame := fmt.Sprintf("%x\r\n", len(chunk))
+		var n int64
+		defer func() { sent <- n }()
+		for n < hugeBody {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := io.WriteString(conn, frame); err != nil {
+				return
+			}
+			if _, err := conn.Write(chunk); err != nil {
+				return
+			}
+			n += int64(len(chunk))
+			if _, err := io.WriteString(conn, "\r\n"); err != nil {
+				return
+			}
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	close(stop)
+	conn.Close() // unblocks a writer stuck on a full socket buffer
+	if n := <-sent; n >= hugeBody {
+		t.Errorf("the client sent the whole body (%d bytes) before the refusal", n)
+	}
+	return resp
+}
+
+// TestReadBodyKeepsTheConnection sends a chunked body that the handler
+// reads whole, signed and within the bound, and checks that the answer
+// keeps the HTTP/1.1 connection: only a body left unread closes it.
+func TestReadBodyKeepsTheConnection(t *testing.T) {
+	s := newBoundServer(t)
+	body := []byte(`{"operationId":"op-1","family":"default","steps":[{"partition":"p","commands":[{"op":"kv.get","key":"k"}]}]}`)
+	ts := time.Now().Unix()
+	req := httptest.NewRequest(http.MethodPost, wire.PathRPC, io.NopCloser(bytes.NewReader(body)))
+	req.ContentLength = -1
+	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(strings.Repeat("s", wire.MinSecretLen)), ts, http.MethodPost, wire.PathRPC, body))
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d, want 200; body %s", rec.Code, rec.Body)
+	}
+	if got := rec.Header().Get("Connection"); got != "" {
+		t.Errorf("Connection %q, want none", got)
+	}
+}
