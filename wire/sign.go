@@ -156,6 +156,13 @@ func (v *Verifier) Verify(now time.Time, timestampHeader, signatureHeader, metho
 	}
 	var digits [2 * sha256.Size]byte // a copy, so the conversion does not allocate
 	copy(digits[:], hexSig)
+	// hex.Decode takes uppercase digits too: another spelling of the MAC,
+	// refused as another spelling of the timestamp is.
+	for _, c := range digits {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return fmt.Errorf("%w: want %d lowercase hex digits", ErrBadSignature, 2*sha256.Size)
+		}
+	}
 	var got [sha256.Size]byte
 	if _, err := hex.Decode(got[:], digits[:]); err != nil {
 		return fmt.Errorf("%w: not hex", ErrBadSignature)

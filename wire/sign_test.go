@@ -157,3 +157,31 @@ func TestVerifyTimestampAsSent(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifySignatureAsWritten checks that the signature header is "v1="
+// and 64 lowercase hex digits, as documented: the same MAC in uppercase or
+// mixed-case digits is another spelling, refused as the timestamp's are.
+func TestVerifySignatureAsWritten(t *testing.T) {
+	secret := []byte(strings.Repeat("s", 32))
+	body := []byte(`{"operationId":"o"}`)
+	now := time.Unix(1_767_225_600, 0)
+	v := NewVerifier([][]byte{secret})
+	sig := Sign(secret, now.Unix(), "POST", PathRPC, body)
+	if err := v.Verify(now, "1767225600", sig, "POST", PathRPC, body); err != nil {
+		t.Fatalf("the signature as written: %v", err)
+	}
+	digits := sig[len(signaturePrefix):]
+	i := strings.IndexAny(digits, "abcdef")
+	if i < 0 {
+		t.Fatal("the example signature has no letter digit")
+	}
+	for name, other := range map[string]string{
+		"uppercase":  signaturePrefix + strings.ToUpper(digits),
+		"one letter": signaturePrefix + digits[:i] + strings.ToUpper(digits[i:i+1]) + digits[i+1:],
+		"V1=":        "V1=" + digits,
+	} {
+		if err := v.Verify(now, "1767225600", other, "POST", PathRPC, body); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s %q: %v, want ErrBadSignature", name, other, err)
+		}
+	}
+}
