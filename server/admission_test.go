@@ -336,6 +336,33 @@ func TestEmptyFamilyIsNotTheGlobalFence(t *testing.T) {
 	}
 }
 
+// TestControlBodyIsAnObject: an operator body is a JSON object or nothing;
+// a null (a script's serialised nothing) is refused, not read as a body
+// without a family, so it neither stops nor resumes the whole server.
+func TestControlBodyIsAnObject(t *testing.T) {
+	h := newAdmHarness(t, func(c *admission.Config) { c.Total, c.Families = 1000, []string{"a", "b"} })
+	for _, body := range []string{`null`, ` null `} {
+		if c := code(t, h.operator(http.MethodPost, wire.PathStop, body)); c != wire.CodeInvalid {
+			t.Errorf("stop %q: %q, want %s", body, c, wire.CodeInvalid)
+		}
+		if st := h.state(); st.Stopped {
+			t.Fatalf("a stop with the body %q set the global stop fence", body)
+		}
+	}
+	if rec := h.operator(http.MethodPost, wire.PathStop, ``); rec.Code != http.StatusOK {
+		t.Fatalf("global stop: %d %s", rec.Code, rec.Body)
+	}
+	if c := code(t, h.operator(http.MethodPost, wire.PathResume, `null`)); c != wire.CodeInvalid {
+		t.Errorf("resume null: %q, want %s", c, wire.CodeInvalid)
+	}
+	if st := h.state(); !st.Stopped {
+		t.Fatal("a resume with the body null lifted the global stop fence")
+	}
+	if c := code(t, h.operator(http.MethodPost, wire.PathFairnessReset, `null`)); c != wire.CodeInvalid {
+		t.Errorf("fairness reset null: %q, want %s", c, wire.CodeInvalid)
+	}
+}
+
 func TestFairnessResetIsAuditedAndReadmits(t *testing.T) {
 	h := newAdmHarness(t, fairSmall)
 	tiers := map[string]string{wire.TierV4Slash24: "n24"}

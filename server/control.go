@@ -59,7 +59,8 @@ func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // decodeControl reads an optional, bounded, strict JSON operator body into
-// v. It writes the error answer and returns false on failure.
+// v: nothing, or an object. It writes the error answer and returns false on
+// failure.
 func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 	body, err := wire.ReadBody(r.Body, maxControlBody)
 	if errors.Is(err, wire.ErrBodyTooLarge) {
@@ -71,8 +72,15 @@ func decodeControl(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	keepConnection(w, r)
-	if len(bytes.TrimSpace(body)) == 0 {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
 		return true
+	}
+	if trimmed[0] != '{' {
+		// encoding/json reads a null into v as nothing at all: a stop
+		// would then act on the global stop fence.
+		writeProblem(w, wire.CodeInvalid, "malformed JSON: an operator body is an object")
+		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
