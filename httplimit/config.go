@@ -55,7 +55,8 @@ type Config struct {
 	// escaped path (URL.RawPath) cleaned, then decoded, too, as chi's
 	// CleanPath routes it: "/login" also selects "/a%2Fb/../login".
 	// A trailing slash stays significant: list each
-	// spelling your router also routes to the handler ("/login/", say).
+	// spelling your router also routes to the handler ("/login/" behind
+	// chi's CleanPath or StripSlashes, which route it as "/login").
 	// All selected routes share one quota per client.
 	Routes []string
 

@@ -32,7 +32,10 @@ as "/login", and the empty path as "/". A request sent with escapes is
 matched by its escaped path (URL.RawPath) cleaned, then decoded, too, the
 path chi's CleanPath (and gin's RemoveExtraSlash with UseRawPath) routes
 it by: "/a%2Fb/../login" counts as "/login". A trailing slash stays
-significant: "/login/" is another path. A request to any other path
+significant: "/login/" is another path. A router that drops it routes
+"/login/" to the handler of "/login" (chi's CleanPath, which cleans with
+path.Clean, and chi's StripSlashes, both leaving URL.Path as sent): behind
+one, list "/login/" too. A request to any other path
 passes straight through and costs no store I/O. All selected paths share
 one quota per client: protect two routes with separate quotas by
 installing two stages.
