@@ -120,7 +120,10 @@ func aclOptions(o *redis.Options) *redis.Options {
 func exercise(t *testing.T, s *redisstore.Store) {
 	t.Helper()
 	eng := engine.New(s)
-	win := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: 2, WindowMs: 60_000}
+	// A sliding log, exact over any 60 s: the store reads Redis's own
+	// clock, and a fixed window would start afresh if the three hits
+	// straddled the turn of a minute.
+	win := engine.Window{Key: "w", Kind: algo.KindLog, Limit: 2, WindowMs: 60_000}
 	var out engine.StepResult
 	for i, want := range []bool{true, true, false} {
 		if err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win)); err != nil {
