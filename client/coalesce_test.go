@@ -401,15 +401,7 @@ func TestEnvelopeAnswersOutOfShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := newInProcess(t)
-				cfg := client.DefaultConfig()
-				cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
-				cfg.HTTPClient = &http.Client{Transport: &envelopeEditor{inProcess: p, edit: tc.edit}}
-				cfg.Coalesce = 1
-				c := client.New(cfg)
-				defer c.Close()
-				one := func(cmd engine.Command) *engine.Request {
-					return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
-				}
+				c := oneInFlight(t, &envelopeEditor{inProcess: p, edit: tc.edit})
 				var wg sync.WaitGroup
 				wg.Go(func() { _, _ = c.Do(t.Context(), one(engine.Get("first"))) })
 				synctest.Wait() // the first call holds the one place
@@ -540,15 +532,7 @@ func TestEnvelopeRefusedAsAWhole(t *testing.T) {
 		t.Run(string(tc.code), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := newInProcess(t)
-				cfg := client.DefaultConfig()
-				cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
-				cfg.HTTPClient = &http.Client{Transport: &envelopeRefuser{inProcess: p, status: tc.status, code: tc.code}}
-				cfg.Coalesce = 1
-				c := client.New(cfg)
-				defer c.Close()
-				one := func(cmd engine.Command) *engine.Request {
-					return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
-				}
+				c := oneInFlight(t, &envelopeRefuser{inProcess: p, status: tc.status, code: tc.code})
 				var wg sync.WaitGroup
 				wg.Go(func() { _, _ = c.Do(t.Context(), one(engine.Get("first"))) })
 				synctest.Wait() // the first call holds the one place
@@ -578,4 +562,22 @@ func TestEnvelopeRefusedAsAWhole(t *testing.T) {
 			})
 		})
 	}
+}
+
+// oneInFlight returns a client over rt with one RPC in flight at a time,
+// so that calls made while one is in flight share an envelope. It is
+// closed when the test ends.
+func oneInFlight(t *testing.T, rt http.RoundTripper) *client.Client {
+	cfg := client.DefaultConfig()
+	cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:1", testSecret, testPepper
+	cfg.HTTPClient = &http.Client{Transport: rt}
+	cfg.Coalesce = 1
+	c := client.New(cfg)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// one returns a request of one step of cmd alone.
+func one(cmd engine.Command) *engine.Request {
+	return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
 }

@@ -394,14 +394,7 @@ func TestGuardDenialCacheClockStepsBack(t *testing.T) {
 	h := newHarness(t)
 	g, clock := newGuard(t, h.client(), client.FailClosed)
 	w := fixed("per-second", 1, 1000)
-	hit := func() client.Decision {
-		t.Helper()
-		d, err := g.Hit(ctxT(t), "alice", 1, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	hit := hitter(t, g, w)
 	if d := hit(); !d.Allowed {
 		t.Fatalf("first hit: %+v", d)
 	}
@@ -488,14 +481,7 @@ func TestGuardDenialCacheCountsFromTheSend(t *testing.T) {
 	h := newHarness(t)
 	g, clock := newGuard(t, h.client(), client.FailClosed)
 	w := fixed("per-second", 1, 1000)
-	hit := func() client.Decision {
-		t.Helper()
-		d, err := g.Hit(ctxT(t), "alice", 1, w)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	hit := hitter(t, g, w)
 	if d := hit(); !d.Allowed {
 		t.Fatalf("first hit: %+v", d)
 	}
@@ -516,5 +502,18 @@ func TestGuardDenialCacheCountsFromTheSend(t *testing.T) {
 	h.clock.Advance(time.Second)
 	if d := hit(); !d.Allowed || d.Origin != client.OriginServer {
 		t.Fatalf("a second after the send: %+v, want allowed by the server", d)
+	}
+}
+
+// hitter returns a function making alice's hit of cost 1 on w through g,
+// failing the test on an error.
+func hitter(t *testing.T, g *client.Guard, w engine.Window) func() client.Decision {
+	return func() client.Decision {
+		t.Helper()
+		d, err := g.Hit(ctxT(t), "alice", 1, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
 	}
 }

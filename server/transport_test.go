@@ -154,53 +154,11 @@ func TestRPCBodyBoundOnTheWire(t *testing.T) {
 	hs.Start()
 	defer hs.Close()
 
-	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	ts := time.Now().Unix()
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: sluice\r\nTransfer-Encoding: chunked\r\n%s: %d\r\n%s: %s\r\n\r\n",
 		wire.PathRPC, wire.HeaderTimestamp, ts, wire.HeaderSignature,
 		wire.Sign([]byte("not the secret, never checked: the body is refused first"), ts, http.MethodPost, wire.PathRPC, nil))
-	if _, err := io.WriteString(conn, head); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	sent := make(chan int64, 1)
-	go func() {
-		chunk := []byte(strings.Repeat("x", 64<<10))
-		frame := fmt.Sprintf("%x\r\n", len(chunk))
-		var n int64
-		defer func() { sent <- n }()
-		for n < hugeBody {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if _, err := io.WriteString(conn, frame); err != nil {
-				return
-			}
-			if _, err := conn.Write(chunk); err != nil {
-				return
-			}
-			n += int64(len(chunk))
-			if _, err := io.WriteString(conn, "\r\n"); err != nil {
-				return
-			}
-		}
-	}()
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	close(stop)
-	conn.Close() // unblocks a writer stuck on a full socket buffer
-	if n := <-sent; n >= hugeBody {
-		t.Errorf("the client sent the whole body (%d bytes) before the refusal", n)
-	}
+	resp := streamChunked(t, hs.Listener.Addr().String(), head)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d, want 413", resp.StatusCode)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/store/redisstore"
 )
 
 // snapshot returns every key under match with its serialized value and
@@ -88,15 +87,12 @@ func TestWrongTypeLeavesPartition(t *testing.T) {
 	for name, plant := range plants {
 		t.Run(name, func(t *testing.T) {
 			cfg := freshConfig(nil)
-			s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := openStore(t, srv, cfg)
 			eng := engine.New(s)
 			prefix := cfg.Prefix + ":{p}:"
 			seedPartition(t, eng, "p")
 			var out engine.StepResult
+			var err error
 			if plant == nil {
 				err = eng.Apply(t.Context(), "p", &out, engine.Set("w3", "not a window", 60_000))
 			} else {

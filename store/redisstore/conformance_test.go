@@ -135,3 +135,14 @@ func TestConformancePipelinedScripts(t *testing.T) {
 		return s
 	})
 }
+
+// openStore returns a store with cfg on srv, closed when the test ends.
+func openStore(t *testing.T, srv *redistest.Server, cfg redisstore.Config) *redisstore.Store {
+	t.Helper()
+	s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

@@ -5,13 +5,10 @@ import (
 	"maps"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/testclock"
-	"github.com/sluicehq/sluice/store/redisstore"
 	"github.com/sluicehq/sluice/store/storetest"
 )
 
@@ -27,11 +24,7 @@ func TestCorruptRecords(t *testing.T) {
 	raw := srv.Client(t)
 	const epoch = storetest.DefaultEpoch
 	cfg := freshConfig(testclock.At(epoch))
-	s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, cfg)
 	eng := engine.New(s)
 	prefix := cfg.Prefix + ":{p}:"
 

@@ -104,11 +104,7 @@ func TestJointFailureLeavesEveryPartition(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := srv.Client(t)
 	cfg := freshConfig(nil)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, cfg)
 	if !s.Joins() {
 		t.Fatal("a store on one node runs no joint steps")
 	}
@@ -126,7 +122,7 @@ func TestJointFailureLeavesEveryPartition(t *testing.T) {
 	}
 	match := cfg.Prefix + ":*"
 	before := snapshot(t, raw, match)
-	err = s.ApplyJoint(t.Context(), bs, outs)
+	err := s.ApplyJoint(t.Context(), bs, outs)
 	if !errors.Is(err, engine.ErrWrongType) || !strings.Contains(err.Error(), "command 2 (win.hit)") {
 		t.Fatalf("a joint step over a planted key: %v, want ErrWrongType at command 2", err)
 	}

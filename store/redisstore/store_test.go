@@ -116,11 +116,7 @@ func TestCodeReloaded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t)
 			raw := srv.Client(t)
-			s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := openStore(t, srv, freshConfig(nil))
 			if tc.scripts {
 				redisstore.UseScripts(s)
 			}
@@ -161,11 +157,7 @@ func TestCodeReloaded(t *testing.T) {
 func TestServerWithoutFunctions(t *testing.T) {
 	srv := redistest.Start(t, "--rename-command", "FCALL", "")
 	raw := srv.Client(t)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, freshConfig(nil))
 	eng := engine.New(s)
 	var out engine.StepResult
 	for i := range 3 {
@@ -207,11 +199,7 @@ func commandCalls(t *testing.T, c *redis.Client, cmd string) int64 {
 func TestOutOfMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := srv.Client(t)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, freshConfig(nil))
 	eng := engine.New(s)
 	win := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: 3, WindowMs: 3_600_000}
 	var out engine.StepResult
@@ -221,7 +209,7 @@ func TestOutOfMemory(t *testing.T) {
 	if err := raw.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	err = eng.Apply(t.Context(), "p", &out, engine.Hit(1, win))
+	err := eng.Apply(t.Context(), "p", &out, engine.Hit(1, win))
 	if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("hit over maxmemory: %v, want ErrUnavailable (OOM)", err)
 	}
@@ -256,11 +244,7 @@ func TestLibraryLoadOverMaxmemory(t *testing.T) {
 	if err := raw.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, freshConfig(nil))
 	eng := engine.New(s)
 	var out engine.StepResult
 	if err := eng.Apply(t.Context(), "p", &out, engine.Get("missing")); err != nil {
@@ -287,14 +271,10 @@ func TestLibraryLoadOverMaxmemory(t *testing.T) {
 // with ErrUnavailable and no result.
 func TestRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, freshConfig(nil))
 	srv.Stop()
 	var out engine.StepResult
-	err = engine.New(s).Apply(t.Context(), "p", &out, engine.Hit(1, engine.Window{Key: "w", Kind: algo.KindGCRA, Limit: 1, WindowMs: 1000}))
+	err := engine.New(s).Apply(t.Context(), "p", &out, engine.Hit(1, engine.Window{Key: "w", Kind: algo.KindGCRA, Limit: 1, WindowMs: 1000}))
 	if !errors.Is(err, engine.ErrUnavailable) || len(out.Results) != 0 {
 		t.Fatalf("hit on a stopped Redis: %v with %d results, want ErrUnavailable and none", err, len(out.Results))
 	}
@@ -306,11 +286,7 @@ func TestRedisDown(t *testing.T) {
 // the largest), and below −2^52 refused with ErrOverflow, changing nothing.
 func TestBudgetRange(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, freshConfig(nil))
 	eng := engine.New(s)
 	reserve := engine.Reserve("", 1, engine.Budget{Key: "b", Limit: 10, WindowMs: 60_000})
 	for _, c := range []struct {
@@ -353,11 +329,7 @@ func TestLoneHitKeepsExpiry(t *testing.T) {
 	srv := redistest.Start(t)
 	raw := srv.Client(t)
 	cfg := freshConfig(nil)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, cfg)
 	eng := engine.New(s)
 	var out engine.StepResult
 	for _, kind := range []algo.Kind{algo.KindFixed, algo.KindSliding} {
@@ -394,11 +366,7 @@ func TestLoneHitKeepsExpiry(t *testing.T) {
 // emptied.
 func TestArgumentMemo(t *testing.T) {
 	srv := redistest.Start(t)
-	s, err := redisstore.New(redis.NewClient(srv.Options()), freshConfig(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, srv, freshConfig(nil))
 	eng := engine.New(s)
 	var out engine.StepResult
 	win := func(k string, limit int64) engine.Window {
