@@ -9,6 +9,16 @@
 // [NewStore] under the same pepper, so both name the same partitions.
 // Hashing in two places with two implementations would let them drift
 // apart silently, so both use this one.
+//
+// A [Hasher] remembers its recent hashes, so that a value hashed again —
+// the same user's or the same API key's limit, call after call — costs a
+// lookup instead of an HMAC. The memo holds at most 16,384 hashes (4,096
+// sets of 4, each set replacing its oldest entry first) and takes a value
+// in on its second miss in a short while; an input (purpose, zero byte and
+// value) of more than 255 bytes is never remembered. Full, it takes about
+// 2 MiB for keys of a few dozen bytes and under 6 MiB however long. A
+// remembered hash is the string the HMAC gave, so the memo changes no
+// output (decision 0076).
 package keyhash
 
 import (
@@ -17,7 +27,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -35,6 +48,52 @@ type Hasher struct {
 	// buffers: keying one costs two SHA-256 blocks and several
 	// allocations, Reset only a copy.
 	states sync.Pool
+	// memo holds recent hashes: a value's set is chosen by seed.
+	seed maphash.Seed
+	memo []memoSet
+	// narrow masks the value hash: all ones, or in tests nothing, which
+	// puts every input in one set under one tag.
+	narrow uint64
+}
+
+// The memo's shape: memoSets sets of memoWays entries, and the longest
+// input (purpose, zero byte and value) it holds, which must fit the
+// entry's one-byte length.
+const (
+	memoSets  = 4096
+	memoWays  = 4
+	memoMaxIn = 255
+)
+
+// A memoSet holds up to memoWays hashes. Each entry is one immutable
+// string, published by an atomic store and never written after it: a byte
+// giving the input's length n, the input (purpose, zero byte and value),
+// then the 64 hex digits of its hash. A reader loads an entry, compares
+// the input it holds with its own and, if they are equal, returns the
+// digits, which are the string the HMAC gave.
+//
+// tags holds 16 bits of the value hash of each entry, so that a lookup
+// reads only the entries that may match. A tag is a hint, written apart
+// from its entry: it may be stale for a moment, which costs a hash, never
+// a wrong answer, since every hit compares the whole input.
+//
+// An input is remembered on its second miss, not its first: seen holds the
+// tags of the last four inputs of the set that missed once. An input
+// never seen again (every key distinct) so costs one more load and store
+// and a hash string of the usual size; an entry is a larger allocation and
+// two more stores. A second miss replaces the set's entries in turn (next).
+// seen and next are read and written without a read-modify-write: two
+// misses at once in one set may lose an update, which delays an entry or
+// replaces one entry twice, never more.
+//
+// No lock: a hit is two atomic loads and a comparison. The bound is exact:
+// 4,096 sets of 4 places, one entry a place.
+type memoSet struct {
+	ents [memoWays]atomic.Pointer[byte]
+	tags atomic.Uint64
+	seen atomic.Uint64
+	next atomic.Uint32
+	_    [64 - memoWays*8 - 8 - 8 - 4]byte // one set per cache line
 }
 
 // state is one HMAC keyed with the pepper and the buffers a hash needs, so
@@ -49,14 +108,65 @@ type state struct {
 // New returns a Hasher keyed with pepper. The caller checks the pepper's
 // length; New keeps its own copy.
 func New(pepper []byte) *Hasher {
-	h := &Hasher{pepper: append([]byte(nil), pepper...)}
+	h := &Hasher{pepper: append([]byte(nil), pepper...), seed: maphash.MakeSeed(), memo: make([]memoSet, memoSets), narrow: ^uint64(0)}
 	h.states.New = func() any { return &state{mac: hmac.New(sha256.New, h.pepper)} }
 	return h
 }
 
 // Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of
 // purpose, a zero byte and value. A purpose must not contain a zero byte.
+// A hash asked for again is answered from the memo (see the package
+// documentation).
 func (h *Hasher) Hash(purpose, value string) string {
+	n := len(purpose) + 1 + len(value)
+	if n > memoMaxIn {
+		return h.hash(purpose, value)
+	}
+	// The purpose's length stirs the value's hash, so that one value under
+	// the two purposes (a partition and a key of the same name) takes two
+	// sets. Either way, an entry matches only on its whole input.
+	vh := (maphash.String(h.seed, value) ^ uint64(len(purpose))*0x9e3779b97f4a7c15) & h.narrow
+	set := &h.memo[vh%memoSets]
+	tag := vh >> 48
+	tags := set.tags.Load()
+	for i := range memoWays {
+		if tags>>(16*i)&0xffff != tag {
+			continue
+		}
+		if p := set.ents[i].Load(); p != nil && int(*p) == n {
+			in := unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(p), 1)), n)
+			if in[:len(purpose)] == purpose && in[len(purpose)] == 0 && in[len(purpose)+1:] == value {
+				return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(p), 1+n)), 2*sha256.Size)
+			}
+		}
+	}
+	seen := set.seen.Load()
+	if seen&0xffff != tag && seen>>16&0xffff != tag && seen>>32&0xffff != tag && seen>>48 != tag {
+		set.seen.Store(seen<<16 | tag)
+		return h.hash(purpose, value)
+	}
+	st := h.states.Get().(*state)
+	st.mac.Reset()
+	st.in = append(append(append(append(st.in[:0], byte(n)), purpose...), 0), value...)
+	st.mac.Write(st.in[1:])
+	st.in = hex.AppendEncode(st.in, st.mac.Sum(st.sum[:0]))
+	ent := string(st.in)
+	h.states.Put(st)
+	i := set.next.Load() % memoWays
+	set.next.Store(i + 1)
+	set.ents[i].Store(unsafe.StringData(ent))
+	for {
+		old := set.tags.Load()
+		if set.tags.CompareAndSwap(old, old&^(0xffff<<(16*i))|tag<<(16*i)) {
+			break
+		}
+	}
+	return ent[1+n:]
+}
+
+// hash is Hash without the memo: for an input too long for it, and for an
+// input's first miss.
+func (h *Hasher) hash(purpose, value string) string {
 	st := h.states.Get().(*state)
 	st.mac.Reset()
 	st.in = append(append(append(st.in[:0], purpose...), 0), value...)

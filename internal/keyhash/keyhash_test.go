@@ -3,7 +3,9 @@ package keyhash_test
 import (
 	"context"
 	"reflect"
+	"runtime"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/algo"
@@ -142,12 +144,60 @@ func deepCopy(cmds []engine.Command) []engine.Command {
 	return out
 }
 
+// BenchmarkHash hashes one key again and again (one), keys drawn in turn
+// from a set of 10,000 (repeated), from a set of 20,000, more than the memo
+// holds (churn), and keys never seen in the last 2^18 (distinct), on one
+// goroutine and on 64 (-parallel). Each runs on a Hasher of its own.
 func BenchmarkHash(b *testing.B) {
-	h := keyhash.New([]byte("0123456789abcdef0123456789abcdef"))
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = h.Hash(keyhash.PurposeKey, "user:12345:orders")
+	const pepper = "0123456789abcdef0123456789abcdef"
+	b.Run("one", func(b *testing.B) {
+		h := keyhash.New([]byte(pepper))
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = h.Hash(keyhash.PurposeKey, "user:12345:orders")
+		}
+	})
+	for _, c := range []struct {
+		name string
+		keys []string
+	}{{"repeated", benchKeys(10_000)}, {"churn", benchKeys(20_000)}, {"distinct", benchKeys(1 << 18)}} {
+		b.Run(c.name, func(b *testing.B) {
+			h := keyhash.New([]byte(pepper))
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_ = h.Hash(keyhash.PurposeKey, c.keys[i])
+				if i++; i == len(c.keys) {
+					i = 0
+				}
+			}
+		})
+		b.Run(c.name+"-parallel", func(b *testing.B) {
+			h := keyhash.New([]byte(pepper))
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				// Each goroutine starts at its own place in the keys.
+				i := int(next.Add(7919)) % len(c.keys)
+				for pb.Next() {
+					_ = h.Hash(keyhash.PurposeKey, c.keys[i])
+					if i++; i == len(c.keys) {
+						i = 0
+					}
+				}
+			})
+		})
 	}
+}
+
+// benchKeys returns n distinct keys shaped like a per-user limit's.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(1_000_000+i) + ":orders"
+	}
+	return keys
 }
 
 func BenchmarkSteps(b *testing.B) {
