@@ -262,18 +262,18 @@ func (s *Store) round(p *partition, w *worker) *round {
 		clear(w.writes)
 		return rd
 	}
-	s.mark(p) // before the rows exist: the filter has no false negatives
-	pb := s.db.NewBatch()
-	s.encode(w, pb, p, w.writes)
-	if pb.Empty() {
+	w.ops = s.encode(w, w.ops[:0], p, w.writes)
+	if len(w.ops) == 0 {
 		// The writes cancel out (each key's last write deletes a record
-		// the partition does not hold: one the round created). Pebble
-		// commits an empty batch without an fsync, so the round is one
-		// that wrote nothing, and memory is unchanged.
-		_ = pb.Close()
+		// the partition does not hold: one the round created): the round
+		// is one that wrote nothing, and memory is unchanged.
 		clear(w.writes)
 		return s.wroteNothing(rd, p, w.reqs)
 	}
+	s.mark(p) // before the rows exist: the filter has no false negatives
+	s.markDirty(p)
+	pb := s.db.NewBatch()
+	s.journalRow(w, pb, w.ops)
 	// A round whose callers all deferred its fsync asks for none: the
 	// fsync their Sync asks for covers it, and so does any other.
 	lazy := s.always && rd.waiters == 0
@@ -294,6 +294,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 		return rd
 	}
 	p.apply(w.writes, s.seed)
+	s.pending(p, w.ops)
 	clear(w.writes) // drop the references into the executors' buffers
 	switch {
 	case lazy:

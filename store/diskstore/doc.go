@@ -36,10 +36,22 @@
 // Each batch is evaluated by engine.Executor against its partition's
 // records in memory; its writes (record rows, deletes, the replay record,
 // and an expiry index entry for each record created or whose expiry moved
-// to another minute) go to Pebble in one pebble.Batch, and only once Pebble
-// has accepted that batch are they applied to memory, so a batch Pebble
-// refuses changes nothing. An admitted window hit nearly always writes one
-// Pebble row, and a replay-safe step one more.
+// to another minute) go to Pebble as one journal row, in one pebble.Batch,
+// and only once Pebble has accepted that batch are they applied to memory,
+// so a batch Pebble refuses changes nothing.
+//
+// The rows themselves are written by a checkpoint, about once a second
+// (before each sweep pass) and sooner when 64 MiB of changes are pending:
+// each changed record's row once, as the partition holds it then, however
+// many commits changed it, and in key order; the checkpoint deletes the
+// journal rows it covers in the same Pebble batch. Until then the
+// partition keeps the pending rows in memory and is not evicted (evicting
+// an idle one writes its rows first). Opening a store applies the journal
+// rows a crash left. A journal row is in the write-ahead log exactly when
+// the rows were before, so durability is unchanged; what changes is the
+// cost: a hot record's every hit inserted a new version of its row into
+// Pebble's memtable, at a random place, and now a commit inserts one
+// journal row at the end of the journal (see journal.go).
 //
 // Batches that arrive on a partition while another is being run are
 // combined into the next round: one caller evaluates them all in arrival
@@ -93,7 +105,9 @@
 // next batch with one prefix scan of its records and one seek per minute
 // of its replay records' lifetime. A fixed 4 MiB Bloom filter of the
 // partitions that have rows on disk lets a partition never written skip
-// those reads.
+// those reads. A partition written since the last checkpoint also holds
+// the journal ops of its commits since then (up to 64 MiB across the
+// store), and evicting it writes its rows first.
 //
 // # Expiry
 //
@@ -121,8 +135,10 @@
 //
 // The key layout is described in layout.go. A format version is written
 // when a store is created and checked when it is opened. A directory of
-// version 1 (before the index by minute) is migrated when it is opened, in
-// one pass over its records; a directory of another version, or a Pebble
-// database that is not a store, is refused with an error wrapping
-// ErrFormat.
+// version 2 (before the journal) is opened as version 3 with an empty
+// journal; one of version 1 (before the index by minute) is migrated when
+// it is opened, in one pass over its records; a directory of another
+// version, or a Pebble database that is not a store, is refused with an
+// error wrapping ErrFormat. A build that reads version 2 refuses a
+// directory of version 3.
 package diskstore

@@ -27,8 +27,17 @@ func openTest(t testing.TB, cfg Config) *Store {
 	return s
 }
 
-// countKeys counts the Pebble rows whose key starts with prefix.
+// countKeys counts the Pebble rows whose key starts with prefix, once a
+// checkpoint has written every change committed so far.
 func countKeys(t testing.TB, s *Store, prefix []byte) int {
+	t.Helper()
+	checkpoint(t, s)
+	return countRows(t, s, prefix)
+}
+
+// countRows counts the rows whose keys start with prefix as they stand,
+// without a checkpoint first.
+func countRows(t testing.TB, s *Store, prefix []byte) int {
 	t.Helper()
 	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
@@ -52,4 +61,16 @@ func apply(t testing.TB, s engine.Store, partition string, cmds ...engine.Comman
 		t.Fatalf("apply on %q: %v", partition, err)
 	}
 	return out
+}
+
+// checkpoint writes the rows of every change committed so far (see
+// journal.go), unless the store has failed.
+func checkpoint(t testing.TB, s *Store) {
+	t.Helper()
+	if s.failure() != nil {
+		return
+	}
+	if err := s.checkpoint(engine.UnixMilli(s.clock)); err != nil {
+		t.Fatal(err)
+	}
 }

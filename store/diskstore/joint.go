@@ -140,14 +140,20 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 	if err := s.failure(); err != nil {
 		return nil, err // entered before an fsync failed: see failure
 	}
-	pb := s.db.NewBatch()
 	w := j.workers[0]
+	ops := w.ops[:0]
+	var ends [engine.MaxJointBatches]int
 	for i, p := range j.parts[:n] {
 		if len(j.writes[i]) > 0 {
 			s.mark(p) // before the rows exist: the filter has no false negatives
-			s.encode(w, pb, p, j.writes[i])
+			s.markDirty(p)
+			ops = s.encode(w, ops, p, j.writes[i])
 		}
+		ends[i] = len(ops)
 	}
+	w.ops = ops
+	pb := s.db.NewBatch()
+	s.journalRow(w, pb, ops)
 	// Deferred, the step asks for no fsync, as a deferred round does not
 	// (see durability).
 	err := s.db.Apply(pb, pebble.NoSync)
@@ -156,9 +162,12 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 		return nil, unavailable(err)
 	}
 	var wrote [engine.MaxJointBatches]bool
+	start := 0
 	for i, p := range j.parts[:n] {
 		wrote[i] = len(j.writes[i]) > 0
 		p.apply(j.writes[i], s.seed)
+		s.pending(p, ops[start:ends[i]])
+		start = ends[i]
 		j.writes[i] = nil // drop the references into the executors' buffers
 	}
 	if !s.always {

@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// On-disk layout, format version 2.
+// On-disk layout, format version 3.
 //
 // Every Pebble key starts with a one-byte namespace:
 //
@@ -17,6 +17,7 @@ import (
 //	"e" u64be(b ^ 1<<63) u32be(seq) u16be(len(p)) p k
 //	                                       expiry index entry of that record
 //	"o" u64be(b ^ 1<<63) u16be(len(p)) p k replay record k of partition p
+//	"j" u64be(n)                           journal row n (see journal.go)
 //
 // Meta keys:
 //
@@ -72,7 +73,12 @@ import (
 // engine.ReplayTTL/bucketMs + 1 of them). The engine's replay keys start
 // with a NUL byte, which no other record key does; a record of kind
 // engine.RecReplay under such a key is a replay record.
-const formatVersion uint32 = 2
+//
+// Version 3 added the journal and changed nothing else: a directory of
+// version 2 is one of version 3 with an empty journal, and is opened as
+// such (its version is rewritten). Version 2 cannot read a journal, so
+// it refuses a directory of version 3.
+const formatVersion uint32 = 3
 
 // bucketMs is the width of an expiry bucket, in milliseconds. A record
 // whose expiry moves with every write (sliding, log and GCRA windows, pace
@@ -85,10 +91,11 @@ const bucketMs = 60_000
 var ErrFormat = errors.New("diskstore: unsupported on-disk format")
 
 const (
-	nsMeta   = 'm'
-	nsRecord = 'r'
-	nsIndex  = 'e'
-	nsReplay = 'o'
+	nsMeta    = 'm'
+	nsRecord  = 'r'
+	nsIndex   = 'e'
+	nsReplay  = 'o'
+	nsJournal = 'j'
 
 	recordHeader = 1 + 8 // kind + expireAt
 	bucketBytes  = 8
@@ -154,6 +161,19 @@ func appendBucket(dst []byte, ns byte, b int64) []byte {
 func appendIndexKey(dst []byte, b int64, seq uint32, rk []byte) []byte {
 	dst = binary.BigEndian.AppendUint32(appendBucket(dst, nsIndex, b), seq)
 	return append(dst, rk[1:]...)
+}
+
+// appendJournalKey appends the key of journal row n.
+func appendJournalKey(dst []byte, n uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, nsJournal), n)
+}
+
+// parseJournalKey returns the number of a journal row.
+func parseJournalKey(jk []byte) (uint64, error) {
+	if len(jk) != 1+8 || jk[0] != nsJournal {
+		return 0, fmt.Errorf("%w: journal key %q", engine.ErrCorrupt, jk)
+	}
+	return binary.BigEndian.Uint64(jk[1:]), nil
 }
 
 // indexBound returns the smallest index key of bucket b: every entry below

@@ -38,6 +38,15 @@ type partition struct {
 	leading  bool // a round is in progress or about to start; guarded by qmu
 	// lastUsed is the store-clock instant of the last batch, in Unix ms.
 	lastUsed atomic.Int64
+	// dirty: the partition's rows lack changes it has committed (in
+	// journal rows), which pend and flushing hold until a checkpoint has
+	// written them (see journal.go). A dirty partition is never evicted:
+	// reloaded from its rows, it would not see them. Written under mu.
+	dirty atomic.Bool
+	// pend holds the journal ops committed since the last checkpoint took
+	// the partition's, and flushing those of the checkpoint in progress;
+	// guarded by mu.
+	pend, flushing []byte
 
 	prev, next *partition // the shard's recency list, guarded by its lock
 	same       *partition // the next partition of the shard with the same hash
@@ -71,11 +80,19 @@ func (p *partition) apply(writes []engine.Write, seed maphash.Seed) {
 	}
 }
 
-// evictable reports whether p may leave memory: no caller holds it, and
+// evictable reports whether p may leave memory: no caller holds it,
 // nothing it holds awaits its fsync (a batch applied with ApplyDeferred no
 // longer pins it; a partition reloaded from disk would not know that its
-// state is not yet durable). Both counts rise only while p is pinned.
-func (p *partition) evictable() bool { return p.pins.Load() == 0 && p.unsynced.Load() == 0 }
+// state is not yet durable), and its rows hold all it committed, written
+// now if a checkpoint has not yet (see writeRows). The first two rise, and
+// p turns dirty, only while p is pinned. The caller holds p's shard's
+// lock.
+func (s *Store) evictable(p *partition) bool {
+	if p.pins.Load() != 0 || p.unsynced.Load() != 0 {
+		return false
+	}
+	return !p.dirty.Load() || s.writeRows(p)
+}
 
 // shard is one of the store's partition maps with its recency list, most
 // recently used first. The map is keyed by the partitions' hashes, not
@@ -180,7 +197,7 @@ func (s *Store) evictLRU(sh *shard, n int) {
 	p := sh.lru.prev
 	for budget := n + 8; n > 0 && budget > 0 && p != &sh.lru; budget-- {
 		prev := p.prev
-		if p.evictable() {
+		if s.evictable(p) {
 			sh.remove(p)
 			n--
 		}
@@ -198,7 +215,7 @@ func (s *Store) evictIdle(cutoff int64, limit int) (evicted int) {
 		p := sh.lru.prev
 		for n := 0; n < limit && p != &sh.lru && p.lastUsed.Load() < cutoff; n++ {
 			prev := p.prev
-			if p.evictable() {
+			if s.evictable(p) {
 				sh.remove(p)
 				evicted++
 			}

@@ -81,7 +81,16 @@ func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
 		if _, ok := bk.fps[fp]; !ok {
 			continue
 		}
-		v, closer, err := s.db.Get(appendReplayKey(nil, bk.b, p.name, key))
+		rk := appendReplayKey(nil, bk.b, p.name, key)
+		if v, ok, err := pendingReplay(p, rk); err != nil || ok {
+			if err != nil {
+				return engine.Record{}, false, err
+			}
+			rec, err := decodeValue(v)
+			rec.Data = bytes.Clone(rec.Data) // v is in p's buffers
+			return rec, err == nil, err
+		}
+		v, closer, err := s.db.Get(rk)
 		if errors.Is(err, pebble.ErrNotFound) {
 			continue
 		}

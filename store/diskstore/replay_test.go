@@ -128,6 +128,7 @@ func TestReplayReadFailureChangesNothing(t *testing.T) {
 	if _, err := eng.Do(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
+	checkpoint(t, s)
 	if err := s.db.Flush(); err != nil { // the replay record is now read from a table
 		t.Fatal(err)
 	}

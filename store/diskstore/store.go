@@ -7,8 +7,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -54,6 +52,23 @@ type Store struct {
 	// replaysCleared is the first replay bucket the sweep has not deleted.
 	replaysCleared atomic.Int64
 
+	// jseq numbers the journal rows: the last number handed out.
+	jseq atomic.Uint64
+	// dmu guards dirty, the partitions whose rows a checkpoint is to
+	// write, and dirtySpare, its spare buffer.
+	dmu        sync.Mutex
+	dirty      []*partition
+	dirtySpare []*partition
+	// pendBytes counts the journal ops partitions hold for a checkpoint;
+	// past checkpointBytes, ckptSoon asks the background loop for one.
+	pendBytes atomic.Int64
+	ckptSoon  chan struct{}
+	// ckmu serialises checkpoints and guards ckptTo (the last journal row
+	// a checkpoint deleted) and ckpt (its buffers).
+	ckmu   sync.Mutex
+	ckptTo uint64
+	ckpt   ckptBuf
+
 	// gate is held shared by every Apply and exclusively by Close, so Close
 	// waits for the batches in flight before it closes Pebble.
 	gate   sync.RWMutex
@@ -79,9 +94,8 @@ type worker struct {
 	writes []engine.Write // a round's writes, in order
 	view   roundView
 	last   map[string]int // a large round's last write of each key
-	order  []int32        // the writes encode writes, in key order
-	index  []byte         // the expiry index keys encode writes, end to end
-	ends   []int          // where each of index's keys ends
+	ops    []byte         // a commit's journal ops (see journal.go)
+	jk     []byte         // a journal row's key
 }
 
 // Open opens (creating if needed) the store in cfg.Dir. It migrates a
@@ -101,6 +115,7 @@ func Open(cfg Config) (*Store, error) {
 		done:     make(chan struct{}),
 		present:  newPresence(),
 		syncq:    make(chan *round, syncQueue),
+		ckptSoon: make(chan struct{}, 1),
 	}
 	s.replaysCleared.Store(math.MinInt64)
 	if s.clock == nil {
@@ -125,6 +140,10 @@ func Open(cfg Config) (*Store, error) {
 	if err := s.checkFormat(); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	if err := s.recoverJournal(engine.UnixMilli(s.clock)); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("diskstore: applying the journal of %s: %w", cfg.Dir, err)
 	}
 	if err := s.fillPresence(engine.UnixMilli(s.clock)); err != nil {
 		_ = db.Close()
@@ -168,10 +187,13 @@ func (s *Store) checkFormat() error {
 			return derr
 		case version == formatVersion:
 			return nil
+		case version == 2:
+			// Version 3 is version 2 with a journal (see layout.go).
+			return s.writeFormat()
 		case version == 1:
 			return s.migrateV1(engine.UnixMilli(s.clock))
 		}
-		return fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates version 1: "+
+		return fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 and 2: "+
 			"open it with a build that reads version %d, or move it aside to start with an empty store",
 			ErrFormat, s.cfg.Dir, version, formatVersion, version)
 	case !errors.Is(err, pebble.ErrNotFound):
@@ -284,19 +306,12 @@ func (s *Store) apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	return err
 }
 
-// encode writes the Pebble form of writes on partition p into pb: each
-// record's row, with an expiry index entry where the record is new or its
-// expiry moved to another bucket, and each replay record's row in its
-// bucket. Only the last write of a key counts; p must not yet hold any of
-// writes.
-//
-// The rows go into pb in key order, records first, then index entries (in
-// the order of their sequence numbers), then replay records: Pebble inserts
-// a batch's rows into its memtable one after another, starting each
-// search from where the last one ended, so rows that follow each other in
-// the key order are cheap to insert, and rows in a random order each pay a
-// search from the top of the memtable's skiplist.
-func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engine.Write) {
+// encode appends to ops the Pebble form of writes on partition p, as
+// journal ops (see journal.go): each record's row, with an expiry index
+// entry where the record is new or its expiry moved to another bucket, and
+// each replay record's row in its bucket. Only the last write of a key
+// counts; p must not yet hold any of writes.
+func (s *Store) encode(w *worker, ops []byte, p *partition, writes []engine.Write) []byte {
 	// A round of many batches finds each key's last write with a map; the
 	// usual handful of writes, by scanning.
 	large := len(writes) > 16
@@ -309,22 +324,16 @@ func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engin
 			w.last[writes[i].Key] = i
 		}
 	}
-	order := w.order[:0]
 	for i := range writes {
 		if large && w.last[writes[i].Key] != i || !large && rewritten(writes, i) {
 			continue
 		}
-		order = append(order, int32(i))
-	}
-	if len(order) > 1 {
-		slices.SortFunc(order, func(a, b int32) int { return strings.Compare(writes[a].Key, writes[b].Key) })
-	}
-	w.order = order
-	index := w.index[:0]
-	for _, i := range order {
 		wr := &writes[i]
+		w.val = appendValue(w.val[:0], &wr.Rec)
 		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
-			continue // after the records and their index entries
+			w.rk = appendReplayKey(w.rk[:0], bucketOf(wr.Rec.ExpireAt), p.name, wr.Key)
+			ops = appendSetOp(ops, w.rk, w.val)
+			continue
 		}
 		w.rk = appendRecordKey(w.rk[:0], p.name, wr.Key)
 		old, had := p.recs.get(wr.Key)
@@ -332,31 +341,17 @@ func (s *Store) encode(w *worker, pb *pebble.Batch, p *partition, writes []engin
 			// The record's index entry is left behind, stale: the sweep
 			// drops it when its bucket ends.
 			if had {
-				_ = pb.Delete(w.rk, nil)
+				ops = appendDeleteOp(ops, w.rk)
 			}
 			continue
 		}
-		w.val = appendValue(w.val[:0], &wr.Rec)
-		_ = pb.Set(w.rk, w.val, nil)
+		ops = appendSetOp(ops, w.rk, w.val)
 		if b := bucketOf(wr.Rec.ExpireAt); !had || bucketOf(old.ExpireAt) != b {
-			index = appendIndexKey(index, b, s.seq.Add(1), w.rk)
-			w.ends = append(w.ends, len(index))
+			w.xk = appendIndexKey(w.xk[:0], b, s.seq.Add(1), w.rk)
+			ops = appendSetOp(ops, w.xk, nil)
 		}
 	}
-	start := 0
-	for _, end := range w.ends {
-		_ = pb.Set(index[start:end], nil, nil)
-		start = end
-	}
-	w.index, w.ends = index, w.ends[:0]
-	for _, i := range order {
-		wr := &writes[i]
-		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
-			w.rk = appendReplayKey(w.rk[:0], bucketOf(wr.Rec.ExpireAt), p.name, wr.Key)
-			w.val = appendValue(w.val[:0], &wr.Rec)
-			_ = pb.Set(w.rk, w.val, nil)
-		}
-	}
+	return ops
 }
 
 // rewritten reports whether a later write in writes touches the key of
@@ -507,7 +502,11 @@ func (s *Store) Close() error {
 		s.bg.Wait()
 		var err error
 		if s.failure() == nil {
-			err = s.logSync()
+			// A clean close leaves no journal to apply.
+			err = s.checkpoint(engine.UnixMilli(s.clock))
+			if err == nil {
+				err = s.logSync()
+			}
 		}
 		err = errors.Join(err, s.db.Close())
 		s.gate.Unlock()

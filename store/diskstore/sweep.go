@@ -16,8 +16,9 @@ import (
 // one shard.
 const idleEvictLimit = 4096
 
-// background runs the sweep, idle eviction and, under SyncOnInterval, the
-// periodic fsync, until Close.
+// background runs the sweep (and the checkpoint before it), idle eviction,
+// the checkpoints asked for early (see pending) and, under SyncOnInterval,
+// the periodic fsync, until Close.
 func (s *Store) background() {
 	defer s.bg.Done()
 	sweep := time.NewTicker(s.cfg.SweepInterval)
@@ -35,6 +36,13 @@ func (s *Store) background() {
 		case <-syncTick:
 			if s.failure() == nil {
 				_ = s.syncLog()
+			}
+		case <-s.ckptSoon:
+			if s.failure() != nil {
+				continue
+			}
+			if err := s.checkpoint(engine.UnixMilli(s.clock)); err != nil {
+				s.log.Warn("diskstore: checkpoint failed", "err", err)
 			}
 		case <-sweep.C:
 			if s.failure() != nil {
@@ -59,7 +67,7 @@ type due struct {
 	key       string
 }
 
-// sweep deletes the replay records of every bucket that has ended with one
+// sweep writes a checkpoint (see journal.go), deletes the replay records of every bucket that has ended with one
 // range deletion, then reads up to Config.SweepLimit expiry index entries
 // of ended buckets, oldest bucket first, and deletes each entry, and its
 // record if that has expired. Each partition is locked and each record's
@@ -67,6 +75,10 @@ type due struct {
 // survives (its current entry is in a later bucket). It returns the number
 // of records deleted.
 func (s *Store) sweep(now int64) (int, error) {
+	// The sweep reads the rows: first bring them up to date.
+	if err := s.checkpoint(now); err != nil {
+		return 0, err
+	}
 	if err := s.sweepReplays(now); err != nil {
 		return 0, err
 	}
@@ -136,9 +148,11 @@ func (s *Store) sweepPartition(now int64, entries []due) (int, error) {
 	pb := s.db.NewBatch()
 	defer func() { _ = pb.Close() }()
 	var gone []string
+	var ops []byte
 	for i := range entries {
 		e := &entries[i]
 		_ = pb.Delete(e.xk, nil)
+		ops = appendDeleteOp(ops, e.xk)
 		if i > 0 && e.key == entries[i-1].key {
 			continue // another entry of the same record
 		}
@@ -150,12 +164,19 @@ func (s *Store) sweepPartition(now int64, entries []due) (int, error) {
 		// entry is: only this one, stale, goes.
 		if ok && !rec.Live(now) {
 			_ = pb.Delete(e.rk, nil)
+			ops = appendDeleteOp(ops, e.rk)
 			gone = append(gone, e.key)
 		}
 	}
 	if err := s.failure(); err != nil {
 		return 0, err // the pass began before an fsync failed: see failure
 	}
+	// The deletes go to the rows at once, and to the journal too: a crash
+	// that keeps a journal row written before them (the partition
+	// committed since the last checkpoint) must not bring back what they
+	// deleted when the journal is applied.
+	var w worker
+	s.journalRow(&w, pb, ops)
 	// A lost sweep is redone by a later pass: no need to wait for an fsync.
 	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
 		return 0, unavailable(err)

@@ -1,0 +1,427 @@
+package diskstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// Every change reaches Pebble first as one journal row per commit, and as
+// the rows it changes (records, index entries, replay records) only later,
+// in a checkpoint.
+//
+// A window hit rewrites its record's row. Written to Pebble as it is, every
+// hit inserts a new version of that row into the memtable's skiplist, a
+// search from the top of a list of hundreds of thousands of entries at a
+// random place in it: that insertion was the largest cost of a hit. A
+// journal row instead is one entry per commit, under a key that follows
+// every earlier one, so its insertion follows the same path down the list
+// each time; and a checkpoint writes each changed row once, however often
+// it changed since the last, in key order, which Pebble inserts cheaply.
+//
+// The journal row is in the commit's Pebble batch, so it is in the
+// write-ahead log, fsynced, exactly when the rows themselves used to be:
+// what an answer rests on is unchanged. Until a checkpoint has written a
+// partition's rows, the partition keeps them in memory (partition.pend)
+// and stays resident: a partition is only ever read from its rows once
+// they are current. A checkpoint writes the rows and deletes the journal
+// rows they cover in one Pebble batch, which the log keeps or loses whole;
+// opening a store applies whatever journal rows a crash left, in order.
+//
+// Journal rows are numbered in commit order per partition: a commit takes
+// its number under its partitions' locks, after marking them dirty (see
+// markDirty). A checkpoint first reads the last number handed out, then
+// takes the dirty partitions: every commit numbered up to that point has
+// marked its partitions dirty by then, so the checkpoint writes its rows,
+// and may delete its journal row.
+
+// Journal op codes: a journal row's value is a sequence of ops, each
+//
+//	opSet    uvarint(len(key)) key uvarint(len(value)) value
+//	opDelete uvarint(len(key)) key
+//
+// applied in order to the rows, keys being Pebble keys (see layout.go).
+const (
+	opSet    = 's'
+	opDelete = 'd'
+)
+
+// checkpointBytes is how much a store keeps pending in memory before it
+// checkpoints ahead of its sweep.
+const checkpointBytes = 64 << 20
+
+func appendSetOp(dst, key, value []byte) []byte {
+	dst = binary.AppendUvarint(append(dst, opSet), uint64(len(key)))
+	dst = binary.AppendUvarint(append(dst, key...), uint64(len(value)))
+	return append(dst, value...)
+}
+
+func appendDeleteOp(dst, key []byte) []byte {
+	dst = binary.AppendUvarint(append(dst, opDelete), uint64(len(key)))
+	return append(dst, key...)
+}
+
+// nextOp decodes the first op of ops; key and value alias ops.
+func nextOp(ops []byte) (op byte, key, value, rest []byte, err error) {
+	corrupt := func() (byte, []byte, []byte, []byte, error) {
+		return 0, nil, nil, nil, fmt.Errorf("%w: journal op of %d bytes", engine.ErrCorrupt, len(ops))
+	}
+	if len(ops) == 0 {
+		return corrupt()
+	}
+	op, rest = ops[0], ops[1:]
+	field := func() ([]byte, bool) {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || n > uint64(len(rest)-w) {
+			return nil, false
+		}
+		f := rest[w : w+int(n)]
+		rest = rest[w+int(n):]
+		return f, true
+	}
+	var ok bool
+	if key, ok = field(); !ok {
+		return corrupt()
+	}
+	switch op {
+	case opSet:
+		if value, ok = field(); !ok {
+			return corrupt()
+		}
+	case opDelete:
+	default:
+		return corrupt()
+	}
+	return op, key, value, rest, nil
+}
+
+// markDirty records that p is about to commit changes its rows do not yet
+// hold. The caller holds p.mu, and numbers its journal row after this.
+func (s *Store) markDirty(p *partition) {
+	if p.dirty.Load() {
+		return
+	}
+	p.dirty.Store(true)
+	s.dmu.Lock()
+	s.dirty = append(s.dirty, p)
+	s.dmu.Unlock()
+}
+
+// journalRow adds ops to pb as the next journal row, its key built in
+// w.jk. The caller holds the locks of every partition ops changes, each
+// marked dirty.
+func (s *Store) journalRow(w *worker, pb *pebble.Batch, ops []byte) {
+	w.jk = appendJournalKey(w.jk[:0], s.jseq.Add(1))
+	_ = pb.Set(w.jk, ops, nil)
+}
+
+// pending adds ops, just committed, to what p holds for its next
+// checkpoint. The caller holds p.mu.
+func (s *Store) pending(p *partition, ops []byte) {
+	p.pend = append(p.pend, ops...)
+	if s.pendBytes.Add(int64(len(ops))) > checkpointBytes && len(s.ckptSoon) == 0 {
+		select {
+		case s.ckptSoon <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// pendingReplay returns the value of the replay row rk among the rows p
+// holds for a checkpoint, newest first. The caller holds p.mu.
+func pendingReplay(p *partition, rk []byte) ([]byte, bool, error) {
+	var found []byte
+	ok := false
+	for _, ops := range [2][]byte{p.flushing, p.pend} {
+		for len(ops) > 0 {
+			op, k, v, rest, err := nextOp(ops)
+			if err != nil {
+				return nil, false, err
+			}
+			if op == opSet && bytes.Equal(k, rk) {
+				found, ok = v, true
+			}
+			ops = rest
+		}
+	}
+	return found, ok, nil
+}
+
+// ckptRow is one row a checkpoint writes: its key is buf[k:v] and its
+// value buf[v:end] of the checkpoint's buffer (offsets, so that the
+// buffer may grow while rows are added).
+type ckptRow struct {
+	k, v, end int
+	del       bool
+}
+
+// checkpoint writes the rows of every dirty partition and deletes the
+// journal rows they cover, in one Pebble batch that asks for no fsync: if
+// a crash loses it, the journal rows it deleted are still there. A record
+// row is written as the partition holds the record now (or deleted, if it
+// holds none), once however many times it changed; index entries as they
+// were committed; replay records unless their bucket has ended at now (the
+// sweep deletes such buckets whole).
+func (s *Store) checkpoint(now int64) error {
+	s.ckmu.Lock()
+	defer s.ckmu.Unlock()
+	if err := s.failure(); err != nil {
+		return err
+	}
+	last := s.jseq.Load()
+	s.dmu.Lock()
+	parts := s.dirty
+	s.dirty = s.dirtySpare[:0]
+	s.dmu.Unlock()
+	if last == s.ckptTo && len(parts) == 0 {
+		return nil
+	}
+	ck := &s.ckpt
+	ck.buf, ck.rows = ck.buf[:0], ck.rows[:0]
+	ended := lastEnded(now)
+	var taken int64
+	for _, p := range parts {
+		p.mu.Lock()
+		p.flushing, p.pend = p.pend, p.flushing[:0]
+		taken += int64(len(p.flushing))
+		err := s.checkpointRows(ck, p, p.flushing, ended)
+		p.mu.Unlock()
+		if err != nil {
+			return s.fail(err)
+		}
+	}
+	pb := s.db.NewBatch()
+	defer func() { _ = pb.Close() }()
+	ck.write(pb)
+	_ = pb.DeleteRange([]byte{nsJournal}, appendJournalKey(nil, last+1), nil)
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+		// The partitions' rows are not written and their pending rows are
+		// gone from memory: a later checkpoint would delete journal rows
+		// whose changes no row holds. Stop, as after a failed fsync.
+		return s.fail(err)
+	}
+	s.ckptTo = last
+	s.pendBytes.Add(-taken)
+	keep := parts[:0]
+	for _, p := range parts {
+		p.mu.Lock()
+		p.flushing = p.flushing[:0]
+		if cap(p.flushing) > maxKeptPend {
+			p.flushing = nil
+		}
+		if len(p.pend) == 0 {
+			p.dirty.Store(false)
+		} else {
+			keep = append(keep, p) // committed again meanwhile
+		}
+		p.mu.Unlock()
+	}
+	clear(parts[len(keep):])
+	s.dmu.Lock()
+	meanwhile := s.dirty
+	s.dirty = append(keep, meanwhile...)
+	clear(meanwhile)
+	s.dirtySpare = meanwhile[:0]
+	s.dmu.Unlock()
+	return nil
+}
+
+// maxKeptPend bounds the buffer a partition keeps between checkpoints.
+const maxKeptPend = 64 << 10
+
+// ckptBuf gathers a checkpoint's rows.
+type ckptBuf struct {
+	buf  []byte
+	rows []ckptRow
+	seen map[string]struct{} // the record rows of one partition added
+	// scratch holds a record's value on its way into buf.
+	scratch []byte
+}
+
+func (ck *ckptBuf) add(key, value []byte, del bool) {
+	k := len(ck.buf)
+	ck.buf = append(ck.buf, key...)
+	v := len(ck.buf)
+	ck.buf = append(ck.buf, value...)
+	ck.rows = append(ck.rows, ckptRow{k: k, v: v, end: len(ck.buf), del: del})
+}
+
+// write adds ck's rows to pb in key order, which Pebble inserts into its
+// memtable cheaply.
+func (ck *ckptBuf) write(pb *pebble.Batch) {
+	slices.SortFunc(ck.rows, func(a, b ckptRow) int { return bytes.Compare(ck.key(a), ck.key(b)) })
+	for _, r := range ck.rows {
+		if r.del {
+			_ = pb.Delete(ck.key(r), nil)
+		} else {
+			_ = pb.Set(ck.key(r), ck.value(r), nil)
+		}
+	}
+}
+
+func (ck *ckptBuf) key(r ckptRow) []byte   { return ck.buf[r.k:r.v] }
+func (ck *ckptBuf) value(r ckptRow) []byte { return ck.buf[r.v:r.end] }
+
+// checkpointRows adds to ck the rows of ops, p's journal ops. The caller
+// holds p.mu.
+func (s *Store) checkpointRows(ck *ckptBuf, p *partition, ops []byte, ended int64) error {
+	if ck.seen == nil {
+		ck.seen = make(map[string]struct{})
+	}
+	clear(ck.seen)
+	prefix := len(appendPartitionPrefix(ck.scratch[:0], p.name))
+	for len(ops) > 0 {
+		op, k, v, rest, err := nextOp(ops)
+		if err != nil {
+			return err
+		}
+		ops = rest
+		switch {
+		case len(k) == 0:
+			return fmt.Errorf("%w: journal op with an empty key", engine.ErrCorrupt)
+		case k[0] == nsRecord:
+			if _, dup := ck.seen[string(k)]; dup {
+				continue
+			}
+			ck.seen[string(k)] = struct{}{}
+			if len(k) <= prefix {
+				return fmt.Errorf("%w: journal record key %q", engine.ErrCorrupt, k)
+			}
+			rec, ok := p.recs.get(string(k[prefix:]))
+			if !ok {
+				ck.add(k, nil, true)
+				continue
+			}
+			ck.scratch = appendValue(ck.scratch[:0], &rec)
+			ck.add(k, ck.scratch, false)
+		case k[0] == nsReplay:
+			b, _, _, err := parseReplayKey(k)
+			if err != nil {
+				return err
+			}
+			if b > ended {
+				ck.add(k, v, op == opDelete)
+			}
+		default: // expiry index entries
+			ck.add(k, v, op == opDelete)
+		}
+	}
+	return nil
+}
+
+// recoverJournal applies the journal rows a crash left (see checkpoint),
+// in order, and deletes them, before the store serves anything: after it
+// the rows hold every change that reached the log. Replay records whose
+// bucket has ended at now are left out (the sweep would delete them).
+// Applying them again after a crash part way through is harmless: the last
+// op of each row wins, as before.
+func (s *Store) recoverJournal(now int64) error {
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsJournal}, UpperBound: []byte{nsJournal + 1}})
+	if err != nil {
+		return unavailable(err)
+	}
+	pb := s.db.NewBatch()
+	defer func() { _ = pb.Close() }()
+	ended := lastEnded(now)
+	var last uint64
+	rows := 0
+	for ok := iter.First(); ok; ok = iter.Next() {
+		seq, err := parseJournalKey(iter.Key())
+		if err != nil {
+			_ = iter.Close()
+			return err
+		}
+		ops, err := iter.ValueAndErr()
+		if err != nil {
+			_ = iter.Close()
+			return unavailable(err)
+		}
+		for len(ops) > 0 {
+			op, k, v, rest, err := nextOp(ops)
+			if err != nil {
+				_ = iter.Close()
+				return err
+			}
+			ops = rest
+			if len(k) > 0 && k[0] == nsReplay && op == opSet {
+				if b, _, _, err := parseReplayKey(k); err != nil || b <= ended {
+					continue // a bad key is never written; an ended bucket need not be
+				}
+			}
+			if op == opSet {
+				_ = pb.Set(k, v, nil)
+			} else {
+				_ = pb.Delete(k, nil)
+			}
+		}
+		last, rows = seq, rows+1
+		if pb.Len() >= recoverBatchBytes {
+			if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+				_ = iter.Close()
+				return unavailable(err)
+			}
+			pb.Reset()
+		}
+	}
+	if err := iter.Close(); err != nil {
+		return unavailable(err)
+	}
+	if rows == 0 {
+		return nil
+	}
+	_ = pb.DeleteRange([]byte{nsJournal}, []byte{nsJournal + 1}, nil)
+	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+		return unavailable(err)
+	}
+	// The log is written in order: fsyncing now fsyncs the rows.
+	if err := s.logSync(); err != nil {
+		return unavailable(err)
+	}
+	s.jseq.Store(last)
+	s.ckptTo = last
+	s.log.Info("diskstore: applied the journal left by an unclean stop", "dir", s.cfg.Dir, "rows", rows)
+	return nil
+}
+
+// recoverBatchBytes bounds one batch of recoverJournal.
+const recoverBatchBytes = 4 << 20
+
+// writeRows writes the rows of p's pending journal ops at once, so that p,
+// dirty but otherwise idle, may be evicted (see evictable); the next
+// checkpoint deletes their journal rows. It reports false, writing
+// nothing, if p is busy (a round or a checkpoint holds its lock, or a
+// checkpoint is writing its rows) or the rows cannot be written. The
+// caller holds p's shard's lock.
+func (s *Store) writeRows(p *partition) bool {
+	if !p.mu.TryLock() {
+		return false
+	}
+	defer p.mu.Unlock()
+	if len(p.flushing) > 0 || s.failure() != nil {
+		return false
+	}
+	var ck ckptBuf
+	if err := s.checkpointRows(&ck, p, p.pend, lastEnded(engine.UnixMilli(s.clock))); err != nil {
+		_ = s.fail(err)
+		return false
+	}
+	pb := s.db.NewBatch()
+	defer func() { _ = pb.Close() }()
+	ck.write(pb)
+	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+		_ = s.fail(err) // see checkpoint
+		return false
+	}
+	s.pendBytes.Add(-int64(len(p.pend)))
+	p.pend = nil
+	p.dirty.Store(false) // the checkpoint that takes p from s.dirty finds nothing
+	return true
+}

@@ -1,0 +1,161 @@
+package diskstore
+
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testclock"
+)
+
+// TestCheckpointWritesEachRowOnce commits a hundred increments of one
+// record, each a journal row of its own, and checks that a checkpoint
+// writes the record's row once, as the partition holds it, and deletes
+// the journal.
+func TestCheckpointWritesEachRowOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	cfg.SweepInterval = 1 << 62 // no background sweep: the test checkpoints
+	s := openTest(t, cfg)
+	for range 100 {
+		apply(t, s, "p", engine.Incr("n", 1, 60_000))
+	}
+	if n := countRows(t, s, []byte{nsJournal}); n != 100 {
+		t.Errorf("%d journal rows before the checkpoint, want 100 (one per commit)", n)
+	}
+	if n := countRows(t, s, []byte{nsRecord}); n != 0 {
+		t.Errorf("%d record rows before the checkpoint, want 0 (the journal holds them)", n)
+	}
+	before := s.db.Metrics().WAL.BytesIn
+	checkpoint(t, s)
+	if n := countRows(t, s, []byte{nsJournal}); n != 0 {
+		t.Errorf("%d journal rows after the checkpoint, want 0", n)
+	}
+	if n := countRows(t, s, []byte{nsRecord}); n != 1 {
+		t.Errorf("%d record rows after the checkpoint, want 1", n)
+	}
+	if s.db.Metrics().WAL.BytesIn == before {
+		t.Error("the checkpoint wrote nothing to the log")
+	}
+	rk := appendRecordKey(nil, "p", "n")
+	v, closer, err := s.db.Get(rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := decodeValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(rec.Data); got != "100" {
+		t.Errorf("the record's row holds %q, want the count the partition holds, 100", got)
+	}
+	_ = closer.Close()
+
+	// A checkpoint with nothing dirty writes nothing.
+	before = s.db.Metrics().WAL.BytesIn
+	checkpoint(t, s)
+	if s.db.Metrics().WAL.BytesIn != before {
+		t.Error("a checkpoint with nothing to write wrote to the log")
+	}
+}
+
+// TestJournalAppliedOnOpen takes a copy of the store's file system as a
+// power loss would leave it, with commits in the journal that no
+// checkpoint has written, and checks that the copy opens with every
+// acknowledged change in its rows and an empty journal, replay records
+// included.
+func TestJournalAppliedOnOpen(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	cfg := DefaultConfig()
+	cfg.Dir = "db"
+	cfg.FS = fs
+	cfg.Clock = testclock.At(t0)
+	cfg.SweepInterval = 1 << 62
+	s := openTest(t, cfg)
+	for i := range 20 {
+		apply(t, s, fmt.Sprintf("p%d", i%4), engine.Incr("n", 1, 3_600_000))
+	}
+	checkpoint(t, s) // the first rows, then more in the journal only
+	req := &engine.Request{OperationID: "op-1", Steps: []engine.Step{
+		{Partition: "p0", Commands: []engine.Command{engine.Incr("n", 10, 3_600_000)}},
+	}}
+	first, err := engine.New(s).Do(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		apply(t, s, fmt.Sprintf("p%d", i%4), engine.Incr("n", 1, 3_600_000))
+	}
+	if n := countRows(t, s, []byte{nsJournal}); n == 0 {
+		t.Fatal("nothing in the journal before the copy: the test would prove nothing")
+	}
+
+	c := cfg
+	c.FS = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	copied := openTest(t, c)
+	if n := countRows(t, copied, []byte{nsJournal}); n != 0 {
+		t.Errorf("%d journal rows after opening, want 0", n)
+	}
+	for i, want := range []int64{5 + 10 + 2, 5 + 2, 5 + 2, 5 + 2} {
+		rk := appendRecordKey(nil, fmt.Sprintf("p%d", i), "n")
+		v, closer, err := copied.db.Get(rk)
+		if err != nil {
+			t.Fatalf("p%d: %v", i, err)
+		}
+		rec, err := decodeValue(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := strconv.ParseInt(string(rec.Data), 10, 64); got != want {
+			t.Errorf("p%d's row holds %d after opening, want %d", i, got, want)
+		}
+		_ = closer.Close()
+	}
+	again, err := engine.New(copied).Do(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Steps[0].Replayed || again.Steps[0].Results[0].Int != first.Steps[0].Results[0].Int {
+		t.Errorf("the retried step after opening = %+v, want the recorded result %d, replayed", again.Steps[0], first.Steps[0].Results[0].Int)
+	}
+}
+
+// TestFormat2OpensAsFormat3 opens a directory of format version 2 (which
+// has no journal) and checks that its records are read and its version
+// is now 3.
+func TestFormat2OpensAsFormat3(t *testing.T) {
+	rec := engine.Record{Kind: engine.RecValue, ExpireAt: t0 + 3_600_000, Data: []byte("41")}
+	dir := plant(t, map[string][]byte{
+		string(formatKey):                      encodeFormat(2),
+		string(appendRecordKey(nil, "p", "n")): appendValue(nil, &rec),
+		string(appendIndexKey(nil, bucketOf(rec.ExpireAt), 1, appendRecordKey(nil, "p", "n"))): nil,
+	})
+	cfg := DefaultConfig()
+	cfg.Dir = dir
+	cfg.Clock = testclock.At(t0)
+	s := openTest(t, cfg)
+	if got := apply(t, s, "p", engine.Incr("n", 1, 3_600_000)).Results[0].Int; got != 42 {
+		t.Errorf("incremented a format-2 counter of 41 to %d, want 42", got)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	v, closer, err := db.Get(formatKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	if got, err := decodeFormat(v); err != nil || got != 3 {
+		t.Errorf("format version %d (%v) after opening a version 2 directory, want 3", got, err)
+	}
+}
