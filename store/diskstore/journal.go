@@ -175,12 +175,17 @@ func (s *Store) checkpoint(now int64) error {
 	}
 	last := s.jseq.Load()
 	s.dmu.Lock()
+	if last == s.ckptTo && len(s.dirty) == 0 {
+		// Nothing to write. Left untaken, s.dirty keeps a buffer of its
+		// own: dropped here, it would share dirtySpare's, and the next
+		// checkpoint's list be overwritten by the partitions committed
+		// during it.
+		s.dmu.Unlock()
+		return nil
+	}
 	parts := s.dirty
 	s.dirty = s.dirtySpare[:0]
 	s.dmu.Unlock()
-	if last == s.ckptTo && len(parts) == 0 {
-		return nil
-	}
 	ck := &s.ckpt
 	ck.buf, ck.rows = ck.buf[:0], ck.rows[:0]
 	ended := lastEnded(now)
