@@ -218,14 +218,17 @@ func (s *Store) checkpoint(now int64) error {
 	keep := parts[:0]
 	for _, p := range parts {
 		p.mu.Lock()
-		p.flushing = p.flushing[:0]
-		if cap(p.flushing) > maxKeptPend {
-			p.flushing = nil
-		}
 		if len(p.pend) == 0 {
+			// Clean, p holds no buffer: only a partition written since
+			// the last checkpoint does.
 			p.dirty.Store(false)
+			p.pend, p.flushing = nil, nil
 		} else {
 			keep = append(keep, p) // committed again meanwhile
+			p.flushing = p.flushing[:0]
+			if cap(p.flushing) > maxKeptPend {
+				p.flushing = nil
+			}
 		}
 		p.mu.Unlock()
 	}
@@ -239,7 +242,8 @@ func (s *Store) checkpoint(now int64) error {
 	return nil
 }
 
-// maxKeptPend bounds the buffer a partition keeps between checkpoints.
+// maxKeptPend bounds the buffer a partition committed to during a
+// checkpoint keeps for its next.
 const maxKeptPend = 64 << 10
 
 // ckptBuf gathers a checkpoint's rows.

@@ -233,3 +233,32 @@ func TestCheckpointKeepsPartitionsDirtiedMeanwhile(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointReleasesBuffersOfCleanPartitions commits a burst on a
+// partition and checks that once a checkpoint has written its rows and it
+// has committed nothing since, it holds no buffer of journal ops: only a
+// partition written since the last checkpoint holds them (see Memory in
+// doc.go), or every partition that was once busy would keep up to twice
+// maxKeptPend for as long as it stays resident.
+func TestCheckpointReleasesBuffersOfCleanPartitions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	cfg.Sync = SyncNever
+	cfg.SweepInterval = 1 << 62
+	s := openTest(t, cfg)
+	for range 2 {
+		for i := range 500 {
+			apply(t, s, "p", engine.Incr(fmt.Sprintf("n%d", i%50), 1, 3_600_000))
+		}
+		checkpoint(t, s)
+	}
+	p := resident(s, "p")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dirty.Load() {
+		t.Fatal("p is dirty after a checkpoint with nothing committed since")
+	}
+	if n := cap(p.pend) + cap(p.flushing); n != 0 {
+		t.Errorf("p, clean, holds %d bytes of journal buffers, want 0", n)
+	}
+}
