@@ -215,6 +215,9 @@ func (s *Store) checkpoint(now int64) error {
 	}
 	s.ckptTo = last
 	s.pendBytes.Add(-taken)
+	if cap(ck.buf) > maxKeptCkpt {
+		*ck = ckptBuf{} // a burst's buffers: let them go
+	}
 	keep := parts[:0]
 	for _, p := range parts {
 		p.mu.Lock()
@@ -241,6 +244,9 @@ func (s *Store) checkpoint(now int64) error {
 	s.dmu.Unlock()
 	return nil
 }
+
+// maxKeptCkpt bounds the buffer a store keeps between checkpoints.
+const maxKeptCkpt = 4 << 20
 
 // maxKeptPend bounds the buffer a partition committed to during a
 // checkpoint keeps for its next.
