@@ -197,7 +197,7 @@ func (s *Store) checkpoint(now int64) error {
 		err := s.checkpointRows(ck, p, p.flushing, ended)
 		p.mu.Unlock()
 		if err != nil {
-			return s.fail(err)
+			return s.failIn("checkpoint", err)
 		}
 	}
 	pb := s.db.NewBatch()
@@ -211,7 +211,7 @@ func (s *Store) checkpoint(now int64) error {
 		// The partitions' rows are not written and their pending rows are
 		// gone from memory: a later checkpoint would delete journal rows
 		// whose changes no row holds. Stop, as after a failed fsync.
-		return s.fail(err)
+		return s.failIn("checkpoint", err)
 	}
 	s.ckptTo = last
 	s.pendBytes.Add(-taken)
@@ -425,14 +425,14 @@ func (s *Store) writeRows(p *partition) bool {
 	}
 	var ck ckptBuf
 	if err := s.checkpointRows(&ck, p, p.pend, lastEnded(engine.UnixMilli(s.clock))); err != nil {
-		_ = s.fail(err)
+		_ = s.failIn("checkpoint", err)
 		return false
 	}
 	pb := s.db.NewBatch()
 	defer func() { _ = pb.Close() }()
 	ck.write(pb)
 	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
-		_ = s.fail(err) // see checkpoint
+		_ = s.failIn("checkpoint", err) // see checkpoint
 		return false
 	}
 	s.pendBytes.Add(-int64(len(p.pend)))

@@ -1,10 +1,12 @@
 package diskstore
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -260,5 +262,29 @@ func TestCheckpointReleasesBuffersOfCleanPartitions(t *testing.T) {
 	}
 	if n := cap(p.pend) + cap(p.flushing); n != 0 {
 		t.Errorf("p, clean, holds %d bytes of journal buffers, want 0", n)
+	}
+}
+
+// TestCheckpointThatCannotWriteFailsTheStore gives a partition a pending
+// op that cannot be decoded: the checkpoint cannot write its rows, so the
+// store fails stop, naming the checkpoint, and answers nothing more.
+func TestCheckpointThatCannotWriteFailsTheStore(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	cfg.SweepInterval = 1 << 62
+	s := openTest(t, cfg)
+	apply(t, s, "p", engine.Incr("n", 1, 60_000))
+	p := resident(s, "p")
+	p.mu.Lock()
+	p.pend = append(p.pend, 'x') // no op starts so
+	p.mu.Unlock()
+	err := s.checkpoint(engine.UnixMilli(s.clock))
+	if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("checkpoint of a corrupt op: %v, want ErrUnavailable naming the checkpoint", err)
+	}
+	var out engine.StepResult
+	b := &engine.Batch{Partition: "q", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+	if err := s.Apply(t.Context(), b, &out); !errors.Is(err, engine.ErrUnavailable) {
+		t.Errorf("Apply after a failed checkpoint: %v, want ErrUnavailable", err)
 	}
 }

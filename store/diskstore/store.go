@@ -464,10 +464,14 @@ func (s *Store) logSync() error {
 // be trusted with another write (see failure), so the store answers and
 // commits nothing more: reopening it recovers exactly what reached the
 // disk.
-func (s *Store) fail(err error) error {
-	err = fmt.Errorf("%w: diskstore: write-ahead log: %w", engine.ErrUnavailable, err)
+func (s *Store) fail(err error) error { return s.failIn("write-ahead log", err) }
+
+// failIn is fail for a failure in what, which names the store's work that
+// failed (the write-ahead log, a checkpoint) in the error and the log.
+func (s *Store) failIn(what string, err error) error {
+	err = fmt.Errorf("%w: diskstore: %s: %w", engine.ErrUnavailable, what, err)
 	if s.failed.CompareAndSwap(nil, &err) {
-		s.log.Error("diskstore: write-ahead log failed; the store answers nothing more until reopened", "err", err)
+		s.log.Error("diskstore: "+what+" failed; the store answers nothing more until reopened", "err", err)
 	}
 	return err
 }
