@@ -114,7 +114,7 @@ func (s *Store) markDirty(p *partition) {
 
 // journalRow adds ops to pb as the next journal row, its key built in
 // w.jk. The caller holds the locks of every partition ops changes, each
-// marked dirty.
+// marked dirty unless pb also writes the rows themselves (the sweep).
 func (s *Store) journalRow(w *worker, pb *pebble.Batch, ops []byte) {
 	w.jk = appendJournalKey(w.jk[:0], s.jseq.Add(1))
 	_ = pb.Set(w.jk, ops, nil)

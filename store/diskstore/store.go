@@ -495,8 +495,9 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
 }
 
-// Close stops the background work, waits for the batches in flight, fsyncs
-// the write-ahead log and closes Pebble. It is idempotent; every later
+// Close stops the background work, waits for the batches in flight,
+// writes a last checkpoint (so the next Open has no journal to apply),
+// fsyncs the write-ahead log and closes Pebble. It is idempotent; every later
 // Apply returns engine.ErrClosed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
