@@ -16,7 +16,7 @@
 // sets of 4, each set replacing its oldest entry first) and takes a value
 // in on its second miss in a short while; an input (purpose, zero byte and
 // value) of more than 255 bytes is never remembered. Full, it takes about
-// 2 MiB for keys of a few dozen bytes and under 6 MiB however long. A
+// 2.5 MiB for keys of a few dozen bytes and under 6 MiB however long. A
 // remembered hash is the string the HMAC gave, so the memo changes no
 // output (decision 0076).
 package keyhash
@@ -30,7 +30,6 @@ import (
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -57,20 +56,19 @@ type Hasher struct {
 }
 
 // The memo's shape: memoSets sets of memoWays entries, and the longest
-// input (purpose, zero byte and value) it holds, which must fit the
-// entry's one-byte length.
+// input (purpose, zero byte and value) it holds, which bounds the size of
+// an entry.
 const (
 	memoSets  = 4096
 	memoWays  = 4
 	memoMaxIn = 255
 )
 
-// A memoSet holds up to memoWays hashes. Each entry is one immutable
-// string, published by an atomic store and never written after it: a byte
-// giving the input's length n, the input (purpose, zero byte and value),
-// then the 64 hex digits of its hash. A reader loads an entry, compares
-// the input it holds with its own and, if they are equal, returns the
-// digits, which are the string the HMAC gave.
+// A memoSet holds up to memoWays hashes. Each entry is immutable,
+// published by an atomic store and never written after it: the input
+// (purpose, zero byte and value) and the 64 hex digits of its hash. A
+// reader loads an entry, compares the input it holds with its own and, if
+// they are equal, returns the digits, which are the string the HMAC gave.
 //
 // tags holds 16 bits of the value hash of each entry, so that a lookup
 // reads only the entries that may match. A tag is a hint, written apart
@@ -80,8 +78,8 @@ const (
 // An input is remembered on its second miss, not its first: seen holds the
 // tags of the last four inputs of the set that missed once. An input
 // never seen again (every key distinct) so costs one more load and store
-// and a hash string of the usual size; an entry is a larger allocation and
-// two more stores. A second miss replaces the set's entries in turn (next).
+// and a hash string of the usual size; an entry is a larger string, its
+// memoEntry and two more stores. A second miss replaces the set's entries in turn (next).
 // seen and next are read and written without a read-modify-write: two
 // misses at once in one set may lose an update, which delays an entry or
 // replaces one entry twice, never more.
@@ -89,11 +87,18 @@ const (
 // No lock: a hit is two atomic loads and a comparison. The bound is exact:
 // 4,096 sets of 4 places, one entry a place.
 type memoSet struct {
-	ents [memoWays]atomic.Pointer[byte]
+	ents [memoWays]atomic.Pointer[memoEntry]
 	tags atomic.Uint64
 	seen atomic.Uint64
 	next atomic.Uint32
 	_    [64 - memoWays*8 - 8 - 8 - 4]byte // one set per cache line
+}
+
+// A memoEntry is one remembered hash: in is the input (purpose, zero byte
+// and value) and hex its digits, the two parts of one string, so that an
+// entry is two allocations.
+type memoEntry struct {
+	in, hex string
 }
 
 // state is one HMAC keyed with the pepper and the buffers a hash needs, so
@@ -133,10 +138,9 @@ func (h *Hasher) Hash(purpose, value string) string {
 		if tags>>(16*i)&0xffff != tag {
 			continue
 		}
-		if p := set.ents[i].Load(); p != nil && int(*p) == n {
-			in := unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(p), 1)), n)
-			if in[:len(purpose)] == purpose && in[len(purpose)] == 0 && in[len(purpose)+1:] == value {
-				return unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(p), 1+n)), 2*sha256.Size)
+		if e := set.ents[i].Load(); e != nil && len(e.in) == n {
+			if e.in[:len(purpose)] == purpose && e.in[len(purpose)] == 0 && e.in[len(purpose)+1:] == value {
+				return e.hex
 			}
 		}
 	}
@@ -147,21 +151,22 @@ func (h *Hasher) Hash(purpose, value string) string {
 	}
 	st := h.states.Get().(*state)
 	st.mac.Reset()
-	st.in = append(append(append(append(st.in[:0], byte(n)), purpose...), 0), value...)
-	st.mac.Write(st.in[1:])
+	st.in = append(append(append(st.in[:0], purpose...), 0), value...)
+	st.mac.Write(st.in)
 	st.in = hex.AppendEncode(st.in, st.mac.Sum(st.sum[:0]))
-	ent := string(st.in)
+	s := string(st.in)
 	h.states.Put(st)
+	e := &memoEntry{in: s[:n], hex: s[n:]}
 	i := set.next.Load() % memoWays
 	set.next.Store(i + 1)
-	set.ents[i].Store(unsafe.StringData(ent))
+	set.ents[i].Store(e)
 	for {
 		old := set.tags.Load()
 		if set.tags.CompareAndSwap(old, old&^(0xffff<<(16*i))|tag<<(16*i)) {
 			break
 		}
 	}
-	return ent[1+n:]
+	return e.hex
 }
 
 // hash is Hash without the memo: for an input too long for it, and for an
