@@ -73,13 +73,7 @@ func TestCheckpointWritesEachRowOnce(t *testing.T) {
 // acknowledged change in its rows and an empty journal, replay records
 // included.
 func TestJournalAppliedOnOpen(t *testing.T) {
-	fs := vfs.NewCrashableMem()
-	cfg := DefaultConfig()
-	cfg.Dir = "db"
-	cfg.FS = fs
-	cfg.Clock = testclock.At(t0)
-	cfg.SweepInterval = 1 << 62
-	s := openTest(t, cfg)
+	s, cfg, fs := openCrashable(t)
 	for i := range 20 {
 		apply(t, s, fmt.Sprintf("p%d", i%4), engine.Incr("n", 1, 3_600_000))
 	}
@@ -195,13 +189,7 @@ func checkpointDuring(t *testing.T, s *Store, hold *partition, during func()) {
 // partition committed during a checkpoint overwrites one the checkpoint
 // is writing, which is then never written again.
 func TestCheckpointKeepsPartitionsDirtiedMeanwhile(t *testing.T) {
-	fs := vfs.NewCrashableMem()
-	cfg := DefaultConfig()
-	cfg.Dir = "db"
-	cfg.FS = fs
-	cfg.Clock = testclock.At(t0)
-	cfg.SweepInterval = 1 << 62
-	s := openTest(t, cfg)
+	s, cfg, fs := openCrashable(t)
 	incr := func(p string) { apply(t, s, p, engine.Incr("n", 1, 3_600_000)) }
 
 	incr("a")
@@ -287,4 +275,16 @@ func TestCheckpointThatCannotWriteFailsTheStore(t *testing.T) {
 	if err := s.Apply(t.Context(), b, &out); !errors.Is(err, engine.ErrUnavailable) {
 		t.Errorf("Apply after a failed checkpoint: %v, want ErrUnavailable", err)
 	}
+}
+
+// openCrashable opens a store with no background sweep (the test
+// checkpoints) on a file system of which the test takes copies as a power
+// loss would leave them (fs.CrashClone).
+func openCrashable(t *testing.T) (*Store, Config, *vfs.MemFS) {
+	t.Helper()
+	fs := vfs.NewCrashableMem()
+	cfg := DefaultConfig()
+	cfg.Dir, cfg.FS, cfg.Clock = "db", fs, testclock.At(t0)
+	cfg.SweepInterval = 1 << 62
+	return openTest(t, cfg), cfg, fs
 }
