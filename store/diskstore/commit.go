@@ -273,7 +273,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 	s.mark(p) // before the rows exist: the filter has no false negatives
 	s.markDirty(p)
 	pb := s.db.NewBatch()
-	s.journalRow(w, pb, w.ops)
+	w.jk = s.journalRow(pb, w.jk, w.ops)
 	// A round whose callers all deferred its fsync asks for none: the
 	// fsync their Sync asks for covers it, and so does any other.
 	lazy := s.always && rd.waiters == 0

@@ -153,7 +153,7 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 	}
 	w.ops = ops
 	pb := s.db.NewBatch()
-	s.journalRow(w, pb, ops)
+	w.jk = s.journalRow(pb, w.jk, ops)
 	// Deferred, the step asks for no fsync, as a deferred round does not
 	// (see durability).
 	err := s.db.Apply(pb, pebble.NoSync)

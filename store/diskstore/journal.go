@@ -112,12 +112,14 @@ func (s *Store) markDirty(p *partition) {
 	s.dmu.Unlock()
 }
 
-// journalRow adds ops to pb as the next journal row, its key built in
-// w.jk. The caller holds the locks of every partition ops changes, each
-// marked dirty unless pb also writes the rows themselves (the sweep).
-func (s *Store) journalRow(w *worker, pb *pebble.Batch, ops []byte) {
-	w.jk = appendJournalKey(w.jk[:0], s.jseq.Add(1))
-	_ = pb.Set(w.jk, ops, nil)
+// journalRow adds ops to pb as the next journal row, its key built in jk,
+// which it returns. The caller holds the locks of every partition ops
+// changes, each marked dirty unless pb also writes the rows themselves
+// (the sweep).
+func (s *Store) journalRow(pb *pebble.Batch, jk, ops []byte) []byte {
+	jk = appendJournalKey(jk[:0], s.jseq.Add(1))
+	_ = pb.Set(jk, ops, nil)
+	return jk
 }
 
 // pending adds ops, just committed, to what p holds for its next

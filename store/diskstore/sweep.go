@@ -67,10 +67,10 @@ type due struct {
 	key       string
 }
 
-// sweep writes a checkpoint (see journal.go), deletes the replay records of every bucket that has ended with one
-// range deletion, then reads up to Config.SweepLimit expiry index entries
-// of ended buckets, oldest bucket first, and deletes each entry, and its
-// record if that has expired. Each partition is locked and each record's
+// sweep writes a checkpoint (see journal.go), deletes the replay records
+// of every bucket that has ended with one range deletion, then reads up to
+// Config.SweepLimit expiry index entries of ended buckets, oldest bucket
+// first, and deletes each entry, and its record if that has expired. Each partition is locked and each record's
 // expiry checked before it is deleted, so a record a batch has renewed
 // survives (its current entry is in a later bucket). It returns the number
 // of records deleted.
@@ -175,8 +175,7 @@ func (s *Store) sweepPartition(now int64, entries []due) (int, error) {
 	// that keeps a journal row written before them (the partition
 	// committed since the last checkpoint) must not bring back what they
 	// deleted when the journal is applied.
-	var w worker
-	s.journalRow(&w, pb, ops)
+	s.journalRow(pb, nil, ops)
 	// A lost sweep is redone by a later pass: no need to wait for an fsync.
 	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
 		return 0, unavailable(err)
