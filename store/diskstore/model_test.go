@@ -471,17 +471,8 @@ func journalAgainstModel(t *testing.T, seed uint64, ops int) {
 // dropped).
 func (m *jmodel) checkCopy(t *testing.T, cfg Config, fs *vfs.MemFS, now int64, sent []modelRequest, rng *rand.Rand, what string) {
 	t.Helper()
-	c := cfg
-	c.FS = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	copied, err := Open(c)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	defer func() {
-		if err := copied.Close(); err != nil {
-			t.Errorf("%s: Close: %v", what, err)
-		}
-	}()
+	copied := openCopy(t, cfg, fs, what)
+	defer closeCopy(t, copied, what)
 	m.check(t, copied, now, what)
 	mc := m.clone()
 	for range min(3, len(sent)) {
@@ -495,17 +486,8 @@ func (m *jmodel) checkCopy(t *testing.T, cfg Config, fs *vfs.MemFS, now int64, s
 // checks that it reads as one of models.
 func checkCopyAny(t *testing.T, cfg Config, fs *vfs.MemFS, now int64, models []*jmodel, what string) {
 	t.Helper()
-	c := cfg
-	c.FS = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
-	copied, err := Open(c)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	defer func() {
-		if err := copied.Close(); err != nil {
-			t.Errorf("%s: Close: %v", what, err)
-		}
-	}()
+	copied := openCopy(t, cfg, fs, what)
+	defer closeCopy(t, copied, what)
 	var diffs []string
 	for i, m := range models {
 		d := m.diff(t, copied, now)
@@ -515,4 +497,23 @@ func checkCopyAny(t *testing.T, cfg Config, fs *vfs.MemFS, now int64, models []*
 		diffs = append(diffs, fmt.Sprintf("\n  as the first %d batches leave it: %s", i, d))
 	}
 	t.Fatalf("%s: the copy reads as no prefix of the batches:%s", what, strings.Join(diffs, ""))
+}
+
+// openCopy opens a copy of fs as a power loss would leave it.
+func openCopy(t *testing.T, cfg Config, fs *vfs.MemFS, what string) *Store {
+	t.Helper()
+	c := cfg
+	c.FS = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	copied, err := Open(c)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return copied
+}
+
+func closeCopy(t *testing.T, copied *Store, what string) {
+	t.Helper()
+	if err := copied.Close(); err != nil {
+		t.Errorf("%s: Close: %v", what, err)
+	}
 }
