@@ -391,13 +391,7 @@ func TestFailModeText(t *testing.T) {
 // server gave by the size of the step. It is dropped, and the server
 // decides again.
 func TestGuardDenialCacheClockStepsBack(t *testing.T) {
-	h := newHarness(t)
-	g, clock := newGuard(t, h.client(), client.FailClosed)
-	w := fixed("per-second", 1, 1000)
-	hit := hitter(t, g, w)
-	if d := hit(); !d.Allowed {
-		t.Fatalf("first hit: %+v", d)
-	}
+	h, clock, hit := perSecondAfterOneHit(t)
 	if d := hit(); d.Allowed || d.Origin != client.OriginServer || d.RetryAfter != time.Second {
 		t.Fatalf("second hit: %+v, want the server's denial for 1s", d)
 	}
@@ -478,13 +472,7 @@ func TestGuardCallerGivesUp(t *testing.T) {
 // after the send, not after the answer arrived. At that instant, with the
 // server's window reset, the next hit asks the server and is admitted.
 func TestGuardDenialCacheCountsFromTheSend(t *testing.T) {
-	h := newHarness(t)
-	g, clock := newGuard(t, h.client(), client.FailClosed)
-	w := fixed("per-second", 1, 1000)
-	hit := hitter(t, g, w)
-	if d := hit(); !d.Allowed {
-		t.Fatalf("first hit: %+v", d)
-	}
+	h, clock, hit := perSecondAfterOneHit(t)
 	// The denial takes 400ms to come back.
 	h.before = func(http.ResponseWriter, *http.Request) bool {
 		clock.Advance(400 * time.Millisecond)
@@ -503,6 +491,20 @@ func TestGuardDenialCacheCountsFromTheSend(t *testing.T) {
 	if d := hit(); !d.Allowed || d.Origin != client.OriginServer {
 		t.Fatalf("a second after the send: %+v, want allowed by the server", d)
 	}
+}
+
+// perSecondAfterOneHit returns a closed Guard's harness and clock and a
+// hitter of a window of one hit per second whose first hit is made and
+// admitted: the next is denied by the server.
+func perSecondAfterOneHit(t *testing.T) (*harness, *testclock.Clock, func() client.Decision) {
+	t.Helper()
+	h := newHarness(t)
+	g, clock := newGuard(t, h.client(), client.FailClosed)
+	hit := hitter(t, g, fixed("per-second", 1, 1000))
+	if d := hit(); !d.Allowed {
+		t.Fatalf("first hit: %+v", d)
+	}
+	return h, clock, hit
 }
 
 // hitter returns a function making alice's hit of cost 1 on w through g,

@@ -147,12 +147,7 @@ func (c countingConn) Write(p []byte) (int, error) {
 // net/http would first drain up to 256 KiB more, hoping to keep the
 // connection alive.
 func TestRPCBodyBoundOnTheWire(t *testing.T) {
-	counts := &socketCounts{}
-	counts.readBeforeWrite.Store(-1)
-	hs := httptest.NewUnstartedServer(newBoundServer(t))
-	hs.Listener = countingListener{hs.Listener, counts}
-	hs.Start()
-	defer hs.Close()
+	hs, counts := startCounted(t)
 
 	ts := time.Now().Unix()
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: sluice\r\nTransfer-Encoding: chunked\r\n%s: %d\r\n%s: %s\r\n\r\n",
@@ -698,12 +693,7 @@ func TestRefusalBeforeTheBodyOnTheWire(t *testing.T) {
 		{"state, which reads no body", http.MethodGet, wire.PathState, "Authorization: Bearer " + strings.Repeat("o", wire.MinSecretLen) + "\r\n", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			counts := &socketCounts{}
-			counts.readBeforeWrite.Store(-1)
-			hs := httptest.NewUnstartedServer(newBoundServer(t))
-			hs.Listener = countingListener{hs.Listener, counts}
-			hs.Start()
-			defer hs.Close()
+			hs, counts := startCounted(t)
 			resp := streamChunked(t, hs.Listener.Addr().String(),
 				fmt.Sprintf("%s %s HTTP/1.1\r\nHost: sluice\r\nTransfer-Encoding: chunked\r\n%s\r\n", tc.method, tc.path, tc.headers))
 			if resp.StatusCode != tc.status {
@@ -789,4 +779,17 @@ func TestReadBodyKeepsTheConnection(t *testing.T) {
 	if got := rec.Header().Get("Connection"); got != "" {
 		t.Errorf("Connection %q, want none", got)
 	}
+}
+
+// startCounted starts the bound server on a listener that counts what each
+// connection reads and writes; the server is closed with the test.
+func startCounted(t *testing.T) (*httptest.Server, *socketCounts) {
+	t.Helper()
+	counts := &socketCounts{}
+	counts.readBeforeWrite.Store(-1)
+	hs := httptest.NewUnstartedServer(newBoundServer(t))
+	hs.Listener = countingListener{hs.Listener, counts}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	return hs, counts
 }
