@@ -3,7 +3,8 @@
 // of sends be in flight at once: while fewer are, a call takes a place and
 // is sent at once, alone; a call made while every place is taken waits in
 // the queue, and the next sender to finish takes the queue's oldest calls
-// as one batch. An idle caller waits for nothing; a busy one sends fewer,
+// as one batch, once the callers it has just answered have had the
+// processor to call again. An idle caller waits for nothing; a busy one sends fewer,
 // larger batches, as many as a round trip lets accumulate.
 //
 // The Sluice client fills envelopes of RPCs this way, and the Redis store
@@ -12,7 +13,10 @@
 // user's.
 package coalesce
 
-import "sync"
+import (
+	"runtime"
+	"sync"
+)
 
 // Item is a queued call.
 type Item interface {
@@ -93,6 +97,13 @@ func (q *Queue[T]) Leave(send func(batch []T)) {
 }
 
 // drain sends the queue, batch after batch, and then gives up its place.
+//
+// It yields the processor after each batch. Answering a batch wakes its
+// callers, and a busy caller calls again at once: given the processor, the
+// callers queue behind the place the sender still holds and go in its next
+// batch. Without the yield the sender finds the queue empty, gives up its
+// place, and the first caller to call again goes alone, a send of its own
+// for one call; under load about every other send was such a lone call.
 func (q *Queue[T]) drain(send func(batch []T)) {
 	for {
 		batch := q.take()
@@ -100,6 +111,7 @@ func (q *Queue[T]) drain(send func(batch []T)) {
 			return
 		}
 		send(batch)
+		runtime.Gosched()
 	}
 }
 

@@ -1,11 +1,13 @@
 package coalesce_test
 
 import (
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/coalesce"
 )
@@ -238,4 +240,46 @@ func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
 	if p := peak.Load(); p > limit {
 		t.Errorf("%d sends in flight at once, want at most %d", p, limit)
 	}
+}
+
+// TestAnsweredCallersJoinTheNextBatch keeps 8 callers busy through one
+// place on one processor, each calling again as soon as it is answered,
+// with a round trip of a millisecond on a fake clock. The callers a batch
+// answers call again while its sender still holds the place, so they go in
+// its next batch: hardly a call goes alone. Were the sender to give up its
+// place before they had the processor, the first of them would go alone
+// after every batch, an eighth of all calls.
+func TestAnsweredCallersJoinTheNextBatch(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		const callers, perCaller = 8, 100
+		q := coalesce.New[*call](1, 64, nil)
+		roundTrip := func() { time.Sleep(time.Millisecond) }
+		send := func(batch []*call) {
+			roundTrip()
+			for _, c := range batch {
+				close(c.done)
+			}
+		}
+		var alone atomic.Int32
+		var wg sync.WaitGroup
+		for g := range callers {
+			wg.Go(func() {
+				for i := range perCaller {
+					c, now := q.Enter(newCall(g*perCaller + i))
+					if now {
+						alone.Add(1)
+						roundTrip()
+						q.Leave(send)
+						continue
+					}
+					<-c.done
+				}
+			})
+		}
+		wg.Wait()
+		if n := alone.Load(); n > perCaller/4 {
+			t.Errorf("%d of %d calls went alone, want at most %d", n, callers*perCaller, perCaller/4)
+		}
+	})
 }
