@@ -29,7 +29,15 @@ type coalescer struct {
 }
 
 func newCoalescer(limit int) *coalescer {
-	return &coalescer{Queue: coalesce.New(limit, wire.MaxEnvelope, fitsEnvelope)}
+	return &coalescer{Queue: coalesce.New(coalesce.Config[*pending]{
+		Limit: limit,
+		Max:   wire.MaxEnvelope,
+		Fits:  fitsEnvelope,
+		// Each envelope costs the server an HTTP exchange and a request:
+		// the callers an envelope answered go in the next one together
+		// rather than one of them alone (docs/decisions/0051).
+		YieldAfterBatch: true,
+	})}
 }
 
 // fitsEnvelope reports whether next may join batch in one envelope: within

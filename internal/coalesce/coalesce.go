@@ -3,8 +3,7 @@
 // of sends be in flight at once: while fewer are, a call takes a place and
 // is sent at once, alone; a call made while every place is taken waits in
 // the queue, and the next sender to finish takes the queue's oldest calls
-// as one batch, once the callers it has just answered have had the
-// processor to call again. An idle caller waits for nothing; a busy one sends fewer,
+// as one batch. An idle caller waits for nothing; a busy one sends fewer,
 // larger batches, as many as a round trip lets accumulate.
 //
 // The Sluice client fills envelopes of RPCs this way, and the Redis store
@@ -31,17 +30,37 @@ type Queue[T Item] struct {
 	limit int
 	max   int
 	fits  func(batch []T, next T) bool
+	yield bool
 
 	mu       sync.Mutex
 	inFlight int // places taken: sends in flight, or a sender draining the queue
 	queue    []T // calls waiting for a sender, oldest first
 }
 
-// New returns a Queue with limit places (at least 1) whose batches hold at
-// most max calls (at least 1). fits, if not nil, bounds a batch further: it
-// reports whether next may join the calls already in batch (never empty).
-func New[T Item](limit, max int, fits func(batch []T, next T) bool) *Queue[T] {
-	return &Queue[T]{limit: limit, max: max, fits: fits}
+// Config shapes a Queue.
+type Config[T Item] struct {
+	// Limit is the number of places: sends in flight at once (at least 1).
+	Limit int
+	// Max is the most calls a batch holds (at least 1).
+	Max int
+	// Fits, if not nil, bounds a batch further: it reports whether next
+	// may join the calls already in batch (never empty).
+	Fits func(batch []T, next T) bool
+	// YieldAfterBatch makes a sender yield the processor after each batch
+	// it answers, so that its callers, busy ones calling again at once,
+	// queue behind the place it still holds and go in its next batch.
+	// Without it the sender finds the queue empty, gives up its place, and
+	// the first caller to call again goes alone: under load about every
+	// other send is then a batch of one. Set it when each send costs the
+	// far side a fixed price worth sharing (a request to an HTTP server);
+	// leave it off when the far side is one thread kept busy by sends back
+	// to back (a Redis server), whose gaps the lone sends fill.
+	YieldAfterBatch bool
+}
+
+// New returns a Queue shaped by c; a Limit or Max under 1 counts as 1.
+func New[T Item](c Config[T]) *Queue[T] {
+	return &Queue[T]{limit: max(c.Limit, 1), max: max(c.Max, 1), fits: c.Fits, yield: c.YieldAfterBatch}
 }
 
 // Enter takes a place and reports true when one is free: the caller sends
@@ -96,14 +115,8 @@ func (q *Queue[T]) Leave(send func(batch []T)) {
 	}
 }
 
-// drain sends the queue, batch after batch, and then gives up its place.
-//
-// It yields the processor after each batch. Answering a batch wakes its
-// callers, and a busy caller calls again at once: given the processor, the
-// callers queue behind the place the sender still holds and go in its next
-// batch. Without the yield the sender finds the queue empty, gives up its
-// place, and the first caller to call again goes alone, a send of its own
-// for one call; under load about every other send was such a lone call.
+// drain sends the queue, batch after batch, and then gives up its place,
+// yielding the processor after each batch if the Queue is so configured.
 func (q *Queue[T]) drain(send func(batch []T)) {
 	for {
 		batch := q.take()
@@ -111,7 +124,9 @@ func (q *Queue[T]) drain(send func(batch []T)) {
 			return
 		}
 		send(batch)
-		runtime.Gosched()
+		if q.yield {
+			runtime.Gosched()
+		}
 	}
 }
 

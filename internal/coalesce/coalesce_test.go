@@ -46,7 +46,7 @@ func (r *recorder) send(batch []*call) {
 }
 
 func TestCallsGoAloneWhileAPlaceIsFree(t *testing.T) {
-	q := coalesce.New[*call](2, 8, nil)
+	q := coalesce.New(coalesce.Config[*call]{Limit: 2, Max: 8})
 	for i := range 2 {
 		if _, now := q.Enter(newCall(i)); !now {
 			t.Fatalf("call %d queued with %d places and %d taken", i, 2, i)
@@ -66,7 +66,7 @@ func TestCallsGoAloneWhileAPlaceIsFree(t *testing.T) {
 // is free again once the queue is empty.
 func TestLeaveSendsTheQueueInBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := coalesce.New[*call](1, 3, nil)
+		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 3})
 		if _, now := q.Enter(newCall(-1)); !now {
 			t.Fatal("the first call was queued")
 		}
@@ -109,7 +109,7 @@ func TestFitsBoundsABatch(t *testing.T) {
 			}
 			return size <= 4
 		}
-		q := coalesce.New(1, 8, fits)
+		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8, Fits: fits})
 		q.Enter(newCall(-1))
 		for i, size := range []int{3, 1, 2, 2, 5, 1} {
 			q.Enter(func() *call { return &call{n: i, size: size, done: make(chan struct{})} })
@@ -129,7 +129,7 @@ func TestFitsBoundsABatch(t *testing.T) {
 // them, and when only abandoned calls are left the place is given up.
 func TestAbandonedCallsAreNeverSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := coalesce.New[*call](1, 8, nil)
+		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8})
 		q.Enter(newCall(-1))
 		var queued []*call
 		for i := range 4 {
@@ -169,7 +169,7 @@ func TestAbandonedCallsAreNeverSent(t *testing.T) {
 // when the place is left only the waiting calls are sent, in order.
 func TestAbandonedCallsDoNotGrowTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := coalesce.New[*call](1, 8, nil)
+		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8})
 		q.Enter(newCall(-1))
 		for i := range 3 {
 			q.Enter(newCall(i))
@@ -198,7 +198,7 @@ func TestAbandonedCallsDoNotGrowTheQueue(t *testing.T) {
 // batch, and at most 2 sends are ever in flight.
 func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
 	const callers, perCaller, limit = 64, 50, 2
-	q := coalesce.New[*call](limit, 16, nil)
+	q := coalesce.New(coalesce.Config[*call]{Limit: limit, Max: 16})
 	var inFlight, peak atomic.Int32
 	enter := func() {
 		n := inFlight.Add(1)
@@ -244,42 +244,49 @@ func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
 
 // TestAnsweredCallersJoinTheNextBatch keeps 8 callers busy through one
 // place on one processor, each calling again as soon as it is answered,
-// with a round trip of a millisecond on a fake clock. The callers a batch
-// answers call again while its sender still holds the place, so they go in
-// its next batch: hardly a call goes alone. Were the sender to give up its
-// place before they had the processor, the first of them would go alone
-// after every batch, an eighth of all calls.
+// with a round trip of a millisecond on a fake clock. With YieldAfterBatch
+// the callers a batch answers call again while its sender still holds the
+// place, so they go in its next batch and hardly a call goes alone.
+// Without it the sender gives up its place before they have the
+// processor, and the first of them goes alone after every batch: an
+// eighth of all calls.
 func TestAnsweredCallersJoinTheNextBatch(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	synctest.Test(t, func(t *testing.T) {
-		const callers, perCaller = 8, 100
-		q := coalesce.New[*call](1, 64, nil)
-		roundTrip := func() { time.Sleep(time.Millisecond) }
-		send := func(batch []*call) {
-			roundTrip()
-			for _, c := range batch {
-				close(c.done)
-			}
-		}
+	const callers, perCaller = 8, 100
+	alone := func(yield bool) int {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 		var alone atomic.Int32
-		var wg sync.WaitGroup
-		for g := range callers {
-			wg.Go(func() {
-				for i := range perCaller {
-					c, now := q.Enter(newCall(g*perCaller + i))
-					if now {
-						alone.Add(1)
-						roundTrip()
-						q.Leave(send)
-						continue
-					}
-					<-c.done
+		synctest.Test(t, func(t *testing.T) {
+			q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 64, YieldAfterBatch: yield})
+			roundTrip := func() { time.Sleep(time.Millisecond) }
+			send := func(batch []*call) {
+				roundTrip()
+				for _, c := range batch {
+					close(c.done)
 				}
-			})
-		}
-		wg.Wait()
-		if n := alone.Load(); n > perCaller/4 {
-			t.Errorf("%d of %d calls went alone, want at most %d", n, callers*perCaller, perCaller/4)
-		}
-	})
+			}
+			var wg sync.WaitGroup
+			for g := range callers {
+				wg.Go(func() {
+					for i := range perCaller {
+						c, now := q.Enter(newCall(g*perCaller + i))
+						if now {
+							alone.Add(1)
+							roundTrip()
+							q.Leave(send)
+							continue
+						}
+						<-c.done
+					}
+				})
+			}
+			wg.Wait()
+		})
+		return int(alone.Load())
+	}
+	if n := alone(true); n > perCaller/4 {
+		t.Errorf("yielding: %d of %d calls went alone, want at most %d", n, callers*perCaller, perCaller/4)
+	}
+	if n := alone(false); n < perCaller/2 {
+		t.Errorf("not yielding: %d of %d calls went alone, want about %d, one after each batch", n, callers*perCaller, perCaller)
+	}
 }

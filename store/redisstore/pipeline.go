@@ -43,7 +43,14 @@ type pipeliner interface{ Pipeline() redis.Pipeliner }
 // no delay; a busy one makes fewer, larger round trips.
 type coalescer = coalesce.Queue[*pending]
 
-func newCoalescer(limit int) *coalescer { return coalesce.New[*pending](limit, MaxPipelined, nil) }
+// newCoalescer does not have its senders yield after each pipeline: Redis
+// runs commands on one thread, and the lone batches that go while a sender
+// holds the processor keep that thread busy between full pipelines. With
+// the yield, pipelines filled up and throughput fell by 8 %
+// (docs/benchmarks.md, "A sender that yields after each batch").
+func newCoalescer(limit int) *coalescer {
+	return coalesce.New(coalesce.Config[*pending]{Limit: limit, Max: MaxPipelined})
+}
 
 // pending is a queued batch. Its sender writes reply and err, then closes
 // done; a caller that gave up (its ctx ended) never reads them, and leaves
