@@ -87,6 +87,10 @@ func TestReport(t *testing.T) {
 	if got, ok := s.Median(Sluice32, Decisions); !ok || got != 64_000 {
 		t.Errorf("median sluice-32 decisions/s = %v, %v; want 64000", got, ok)
 	}
+	// Each round ran 1,000 × (round + 1) calls on one CPU-second.
+	if got, ok := s.Median(Sluice32, DecisionsPerCPU); !ok || got != 64_000 {
+		t.Errorf("median sluice-32 decisions per CPU-second = %v, %v; want 64000", got, ok)
+	}
 }
 
 // countingSystem is a system under test whose every call is one write-ahead
