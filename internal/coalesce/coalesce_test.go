@@ -252,7 +252,7 @@ func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
 // eighth of all calls.
 func TestAnsweredCallersJoinTheNextBatch(t *testing.T) {
 	const callers, perCaller = 8, 100
-	alone := func(yield bool) int {
+	countAlone := func(yield bool) int {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 		var alone atomic.Int32
 		synctest.Test(t, func(t *testing.T) {
@@ -283,10 +283,10 @@ func TestAnsweredCallersJoinTheNextBatch(t *testing.T) {
 		})
 		return int(alone.Load())
 	}
-	if n := alone(true); n > perCaller/4 {
+	if n := countAlone(true); n > perCaller/4 {
 		t.Errorf("yielding: %d of %d calls went alone, want at most %d", n, callers*perCaller, perCaller/4)
 	}
-	if n := alone(false); n < perCaller/2 {
+	if n := countAlone(false); n < perCaller/2 {
 		t.Errorf("not yielding: %d of %d calls went alone, want about %d, one after each batch", n, callers*perCaller, perCaller)
 	}
 }

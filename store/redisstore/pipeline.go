@@ -44,10 +44,10 @@ type pipeliner interface{ Pipeline() redis.Pipeliner }
 type coalescer = coalesce.Queue[*pending]
 
 // newCoalescer does not have its senders yield after each pipeline: Redis
-// runs commands on one thread, and the lone batches that go while a sender
-// holds the processor keep that thread busy between full pipelines. With
-// the yield, pipelines filled up and throughput fell by 8 %
-// (docs/benchmarks.md, "A sender that yields after each batch").
+// runs commands on one thread, and the lone batches that go while the next
+// pipeline fills keep that thread busy. With the yield, pipelines were
+// fuller and throughput fell by 8 % (docs/benchmarks.md, "A sender that
+// yields after each batch").
 func newCoalescer(limit int) *coalescer {
 	return coalesce.New(coalesce.Config[*pending]{Limit: limit, Max: MaxPipelined})
 }
