@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
@@ -34,7 +36,8 @@ type inProcess struct {
 	gate        chan struct{}
 	held        atomic.Bool
 	rpcs, envs  atomic.Int64
-	noEnvelopes bool // answer envelopes 404 and ping without the feature
+	noEnvelopes bool          // answer envelopes 404 and ping without the feature
+	roundTrip   time.Duration // how long each request takes, on the bubble's clock
 }
 
 func newInProcess(t *testing.T) *inProcess {
@@ -52,6 +55,7 @@ func newInProcess(t *testing.T) *inProcess {
 }
 
 func (p *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
+	time.Sleep(p.roundTrip)
 	rec := httptest.NewRecorder()
 	switch r.URL.Path {
 	case wire.PathRPC:
@@ -158,6 +162,39 @@ func TestCoalescedCallersShareALimit(t *testing.T) {
 		envelopes := (callers - 1 + wire.MaxEnvelope - 1) / wire.MaxEnvelope
 		if p.rpcs.Load() != 1 || p.envs.Load() != int64(envelopes) {
 			t.Errorf("%d RPCs and %d envelopes for %d calls, want 1 and %d", p.rpcs.Load(), p.envs.Load(), callers, envelopes)
+		}
+	})
+}
+
+// TestBusyCallersTravelTogether keeps 8 callers busy through one RPC in
+// flight, on one processor, each calling again as soon as it is answered,
+// with a round trip of a millisecond on the bubble's clock. The callers an
+// envelope answers go in the next one together: hardly a call goes alone.
+// (A sender that gave up its place before they ran would let the first of
+// them go alone after every envelope, an eighth of all calls.)
+func TestBusyCallersTravelTogether(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		close(p.gate)
+		p.roundTrip = time.Millisecond
+		c := p.client(t)
+		const callers, perCaller = 8, 50
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Go(func() {
+				var res engine.StepResult
+				for range perCaller {
+					if err := c.Apply(t.Context(), limitedHit(algo.MaxLimit), &res); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n := p.rpcs.Load(); n > perCaller/4 {
+			t.Errorf("%d of %d calls went alone (%d envelopes), want at most %d", n, callers*perCaller, p.envs.Load(), perCaller/4)
 		}
 	})
 }
