@@ -107,7 +107,11 @@
 // partitions that have rows on disk lets a partition never written skip
 // those reads. A partition written since the last checkpoint also holds
 // the journal ops of its commits since then (up to 64 MiB across the
-// store), and evicting it writes its rows first.
+// store), and evicting it writes its rows first. A checkpoint keeps the
+// buffers of what it wrote while the load that filled them lasts (past
+// 4 MiB they are let go once a checkpoint needs less than half of them),
+// and the store keeps at most 4 MiB of the ops buffers of partitions a
+// checkpoint left clean, for the next partitions to turn dirty.
 //
 // # Expiry
 //

@@ -109,6 +109,9 @@ func (s *Store) markDirty(p *partition) {
 	p.dirty.Store(true)
 	s.dmu.Lock()
 	s.dirty = append(s.dirty, p)
+	if p.pend == nil {
+		p.pend = s.spareOps.take()
+	}
 	s.dmu.Unlock()
 }
 
@@ -217,16 +220,21 @@ func (s *Store) checkpoint(now int64) error {
 	}
 	s.ckptTo = last
 	s.pendBytes.Add(-taken)
-	if cap(ck.buf) > maxKeptCkpt {
-		*ck = ckptBuf{} // a burst's buffers: let them go
+	if cap(ck.buf) > maxKeptCkpt && cap(ck.buf) > 2*len(ck.buf) {
+		// Twice what this checkpoint needed: a burst's buffers, let them
+		// go. A steady load keeps its buffers, however large (they are
+		// bounded by checkpointBytes).
+		*ck = ckptBuf{}
 	}
-	keep := parts[:0]
+	keep, freed := parts[:0], ck.freed[:0]
 	for _, p := range parts {
 		p.mu.Lock()
 		if len(p.pend) == 0 {
 			// Clean, p holds no buffer: only a partition written since
-			// the last checkpoint does.
+			// the last checkpoint does. Its buffers may serve the next
+			// partition to turn dirty.
 			p.dirty.Store(false)
+			freed = append(freed, p.pend, p.flushing)
 			p.pend, p.flushing = nil, nil
 		} else {
 			keep = append(keep, p) // committed again meanwhile
@@ -243,12 +251,50 @@ func (s *Store) checkpoint(now int64) error {
 	s.dirty = append(keep, meanwhile...)
 	clear(meanwhile)
 	s.dirtySpare = meanwhile[:0]
+	for _, b := range freed {
+		s.spareOps.give(b)
+	}
 	s.dmu.Unlock()
+	clear(freed)
+	ck.freed = freed[:0]
 	return nil
 }
 
-// maxKeptCkpt bounds the buffer a store keeps between checkpoints.
+// maxKeptCkpt bounds the buffer a store keeps between checkpoints once
+// the load that grew it has passed.
 const maxKeptCkpt = 4 << 20
+
+// maxSpareOps bounds the bytes of the spare buffers of journal ops a store
+// keeps (spareBufs).
+const maxSpareOps = 4 << 20
+
+// spareBufs is a bounded stack of empty buffers of journal ops.
+type spareBufs struct {
+	bufs  [][]byte
+	bytes int // their capacities' sum, at most maxSpareOps
+}
+
+// give keeps b, emptied, if it has room for b's capacity; a buffer over
+// maxKeptPend, a burst's, is let go.
+func (sb *spareBufs) give(b []byte) {
+	if c := cap(b); c > 0 && c <= maxKeptPend && sb.bytes+c <= maxSpareOps {
+		sb.bufs = append(sb.bufs, b[:0])
+		sb.bytes += c
+	}
+}
+
+// take returns a spare buffer, or nil if none is left.
+func (sb *spareBufs) take() []byte {
+	n := len(sb.bufs)
+	if n == 0 {
+		return nil
+	}
+	b := sb.bufs[n-1]
+	sb.bufs[n-1] = nil
+	sb.bufs = sb.bufs[:n-1]
+	sb.bytes -= cap(b)
+	return b
+}
 
 // maxKeptPend bounds the buffer a partition committed to during a
 // checkpoint keeps for its next.
@@ -259,6 +305,9 @@ type ckptBuf struct {
 	buf  []byte
 	rows []ckptRow
 	seen map[string]struct{} // the record rows of one partition added
+	// freed holds the buffers of journal ops a checkpoint takes back from
+	// partitions it leaves clean, on their way to the spare buffers.
+	freed [][]byte
 	// scratch holds a record's value on its way into buf.
 	scratch []byte
 }

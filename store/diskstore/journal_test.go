@@ -253,6 +253,65 @@ func TestCheckpointReleasesBuffersOfCleanPartitions(t *testing.T) {
 	}
 }
 
+// TestCleanPartitionsBuffersServeTheNextDirty checks that the journal
+// buffers a checkpoint takes back from a partition it leaves clean serve
+// the next partition to turn dirty, so that a partition's ops do not grow
+// a fresh buffer every time it is written after a checkpoint.
+func TestCleanPartitionsBuffersServeTheNextDirty(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	cfg.Sync = SyncNever
+	cfg.SweepInterval = 1 << 62
+	s := openTest(t, cfg)
+	for i := range 100 {
+		apply(t, s, "p", engine.Incr(fmt.Sprintf("n%d", i%10), 1, 3_600_000))
+	}
+	checkpoint(t, s)
+	s.dmu.Lock()
+	spare := s.spareOps.bytes
+	s.dmu.Unlock()
+	if spare == 0 {
+		t.Fatal("a checkpoint that left p clean kept none of its buffers")
+	}
+	apply(t, s, "q", engine.Incr("n", 1, 3_600_000))
+	q := resident(s, "q")
+	q.mu.Lock()
+	got := cap(q.pend)
+	q.mu.Unlock()
+	s.dmu.Lock()
+	left := s.spareOps.bytes
+	s.dmu.Unlock()
+	if left >= spare || got != spare-left {
+		t.Errorf("q turned dirty with a buffer of %d bytes; spare bytes %d → %d, want one of p's taken", got, spare, left)
+	}
+}
+
+// TestSpareBuffersAreBounded fills the spare buffers past their bound:
+// they hold at most maxSpareOps bytes, never a buffer over maxKeptPend, and
+// give back empty buffers until none is left.
+func TestSpareBuffersAreBounded(t *testing.T) {
+	var sb spareBufs
+	sb.give(make([]byte, 10, maxKeptPend+1))
+	sb.give(nil)
+	if len(sb.bufs) != 0 || sb.bytes != 0 {
+		t.Fatalf("kept %d buffers, %d bytes, of one over maxKeptPend and a nil one", len(sb.bufs), sb.bytes)
+	}
+	for range 2 * maxSpareOps / maxKeptPend {
+		sb.give(make([]byte, 7, maxKeptPend))
+	}
+	if sb.bytes > maxSpareOps || sb.bytes != len(sb.bufs)*maxKeptPend {
+		t.Fatalf("spare buffers hold %d bytes in %d buffers, want at most %d", sb.bytes, len(sb.bufs), maxSpareOps)
+	}
+	for n := len(sb.bufs); n > 0; n-- {
+		if b := sb.take(); len(b) != 0 || cap(b) != maxKeptPend {
+			t.Fatalf("took a buffer of len %d, cap %d; want an empty one of %d", len(b), cap(b), maxKeptPend)
+		}
+	}
+	if b := sb.take(); b != nil || sb.bytes != 0 {
+		t.Errorf("took %v with none left (%d bytes counted), want nil", b, sb.bytes)
+	}
+}
+
 // TestCheckpointThatCannotWriteFailsTheStore gives a partition a pending
 // op that cannot be decoded: the checkpoint cannot write its rows, so the
 // store fails stop, naming the checkpoint, and answers nothing more.

@@ -55,10 +55,14 @@ type Store struct {
 	// jseq numbers the journal rows: the last number handed out.
 	jseq atomic.Uint64
 	// dmu guards dirty, the partitions whose rows a checkpoint is to
-	// write, and dirtySpare, its spare buffer.
+	// write, dirtySpare, its spare buffer, and spareOps.
 	dmu        sync.Mutex
 	dirty      []*partition
 	dirtySpare []*partition
+	// spareOps holds buffers of journal ops that checkpoints took back
+	// from partitions they left clean, for partitions turning dirty: a
+	// partition's ops then grow in a buffer that has grown before.
+	spareOps spareBufs
 	// pendBytes counts the journal ops partitions hold for a checkpoint;
 	// past checkpointBytes, ckptSoon asks the background loop for one.
 	pendBytes atomic.Int64
