@@ -224,6 +224,17 @@ func TestCheckpointKeepsPartitionsDirtiedMeanwhile(t *testing.T) {
 	}
 }
 
+// openCheckpointed opens a store on a fixed clock, asking for no fsync,
+// with no background sweep: checkpoints happen when the test calls them.
+func openCheckpointed(t *testing.T) *Store {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	cfg.Sync = SyncNever
+	cfg.SweepInterval = 1 << 62
+	return openTest(t, cfg)
+}
+
 // TestCheckpointReleasesBuffersOfCleanPartitions commits a burst on a
 // partition and checks that once a checkpoint has written its rows and it
 // has committed nothing since, it holds no buffer of journal ops: only a
@@ -231,11 +242,7 @@ func TestCheckpointKeepsPartitionsDirtiedMeanwhile(t *testing.T) {
 // doc.go), or every partition that was once busy would keep up to twice
 // maxKeptPend for as long as it stays resident.
 func TestCheckpointReleasesBuffersOfCleanPartitions(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Clock = testclock.At(t0)
-	cfg.Sync = SyncNever
-	cfg.SweepInterval = 1 << 62
-	s := openTest(t, cfg)
+	s := openCheckpointed(t)
 	for range 2 {
 		for i := range 500 {
 			apply(t, s, "p", engine.Incr(fmt.Sprintf("n%d", i%50), 1, 3_600_000))
@@ -258,11 +265,7 @@ func TestCheckpointReleasesBuffersOfCleanPartitions(t *testing.T) {
 // the next partition to turn dirty, so that a partition's ops do not grow
 // a fresh buffer every time it is written after a checkpoint.
 func TestCleanPartitionsBuffersServeTheNextDirty(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Clock = testclock.At(t0)
-	cfg.Sync = SyncNever
-	cfg.SweepInterval = 1 << 62
-	s := openTest(t, cfg)
+	s := openCheckpointed(t)
 	for i := range 100 {
 		apply(t, s, "p", engine.Incr(fmt.Sprintf("n%d", i%10), 1, 3_600_000))
 	}
