@@ -220,10 +220,7 @@ func (s *Store) checkpoint(now int64) error {
 	}
 	s.ckptTo = last
 	s.pendBytes.Add(-taken)
-	if cap(ck.buf) > maxKeptCkpt && cap(ck.buf) > 2*len(ck.buf) {
-		// Twice what this checkpoint needed: a burst's buffers, let them
-		// go. A steady load keeps its buffers, however large (they are
-		// bounded by checkpointBytes).
+	if !keepCkptBuf(cap(ck.buf), len(ck.buf)) {
 		*ck = ckptBuf{}
 	}
 	keep, freed := parts[:0], ck.freed[:0]
@@ -263,6 +260,14 @@ func (s *Store) checkpoint(now int64) error {
 // maxKeptCkpt bounds the buffer a store keeps between checkpoints once
 // the load that grew it has passed.
 const maxKeptCkpt = 4 << 20
+
+// keepCkptBuf reports whether a checkpoint keeps its buffer, of capacity
+// c, for the next after using n bytes of it: up to maxKeptCkpt always;
+// past it, only while the checkpoint used at least half of it. A steady
+// load keeps its buffer, however large (checkpointBytes bounds it), rather
+// than growing it afresh every checkpoint; a burst's is let go at the
+// first checkpoint after it.
+func keepCkptBuf(c, n int) bool { return c <= maxKeptCkpt || c <= 2*n }
 
 // maxSpareOps bounds the bytes of the spare buffers of journal ops a store
 // keeps (spareBufs).

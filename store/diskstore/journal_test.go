@@ -315,6 +315,27 @@ func TestSpareBuffersAreBounded(t *testing.T) {
 	}
 }
 
+// TestCheckpointBufferKeptUnderSteadyLoad checks when a checkpoint keeps
+// its buffer for the next: a small one always, a large one while the
+// load that grew it lasts, and not after a burst.
+func TestCheckpointBufferKeptUnderSteadyLoad(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		cap, len int
+		keep     bool
+	}{
+		{"small, idle", maxKeptCkpt, 0, true},
+		{"large, steady load", 4 * maxKeptCkpt, 3 * maxKeptCkpt, true},
+		{"large, half used", 4 * maxKeptCkpt, 2 * maxKeptCkpt, true},
+		{"large, after a burst", 4 * maxKeptCkpt, 2*maxKeptCkpt - 1, false},
+		{"just past the bound, idle", maxKeptCkpt + 1, 0, false},
+	} {
+		if got := keepCkptBuf(c.cap, c.len); got != c.keep {
+			t.Errorf("%s: keepCkptBuf(%d, %d) = %v, want %v", c.name, c.cap, c.len, got, c.keep)
+		}
+	}
+}
+
 // TestCheckpointThatCannotWriteFailsTheStore gives a partition a pending
 // op that cannot be decoded: the checkpoint cannot write its rows, so the
 // store fails stop, naming the checkpoint, and answers nothing more.
