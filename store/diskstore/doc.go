@@ -111,7 +111,8 @@
 // buffers of what it wrote while the load that filled them lasts (past
 // 4 MiB they are let go once a checkpoint needs less than half of them),
 // and the store keeps at most 4 MiB of the ops buffers of partitions a
-// checkpoint left clean, for the next partitions to turn dirty.
+// checkpoint left clean (those of 256 bytes to 64 KiB), for the next
+// partitions to turn dirty.
 //
 // # Expiry
 //

@@ -273,16 +273,21 @@ func keepCkptBuf(c, n int) bool { return c <= maxKeptCkpt || c <= 2*n }
 // keeps (spareBufs).
 const maxSpareOps = 4 << 20
 
+// minSpareOp is the smallest buffer worth keeping as a spare: a smaller
+// one saves a caller hardly more than one small allocation, and a stack of
+// them would cost more in its own entries than in their bytes.
+const minSpareOp = 256
+
 // spareBufs is a bounded stack of empty buffers of journal ops.
 type spareBufs struct {
 	bufs  [][]byte
 	bytes int // their capacities' sum, at most maxSpareOps
 }
 
-// give keeps b, emptied, if it has room for b's capacity; a buffer over
-// maxKeptPend, a burst's, is let go.
+// give keeps b, emptied, if it has room for b's capacity; a buffer under
+// minSpareOp, or over maxKeptPend (a burst's), is let go.
 func (sb *spareBufs) give(b []byte) {
-	if c := cap(b); c > 0 && c <= maxKeptPend && sb.bytes+c <= maxSpareOps {
+	if c := cap(b); c >= minSpareOp && c <= maxKeptPend && sb.bytes+c <= maxSpareOps {
 		sb.bufs = append(sb.bufs, b[:0])
 		sb.bytes += c
 	}

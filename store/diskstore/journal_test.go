@@ -290,14 +290,15 @@ func TestCleanPartitionsBuffersServeTheNextDirty(t *testing.T) {
 }
 
 // TestSpareBuffersAreBounded fills the spare buffers past their bound:
-// they hold at most maxSpareOps bytes, never a buffer over maxKeptPend, and
-// give back empty buffers until none is left.
+// they hold at most maxSpareOps bytes, never a buffer over maxKeptPend or
+// under minSpareOp, and give back empty buffers until none is left.
 func TestSpareBuffersAreBounded(t *testing.T) {
 	var sb spareBufs
 	sb.give(make([]byte, 10, maxKeptPend+1))
+	sb.give(make([]byte, 10, minSpareOp-1))
 	sb.give(nil)
 	if len(sb.bufs) != 0 || sb.bytes != 0 {
-		t.Fatalf("kept %d buffers, %d bytes, of one over maxKeptPend and a nil one", len(sb.bufs), sb.bytes)
+		t.Fatalf("kept %d buffers, %d bytes, of one over maxKeptPend, one under minSpareOp and a nil one", len(sb.bufs), sb.bytes)
 	}
 	for range 2 * maxSpareOps / maxKeptPend {
 		sb.give(make([]byte, 7, maxKeptPend))
