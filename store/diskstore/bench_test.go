@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -234,4 +235,53 @@ func (quietLogger) Infof(string, ...any)  {}
 func (quietLogger) Errorf(string, ...any) {}
 func (quietLogger) Fatalf(format string, args ...any) {
 	panic("pebble: fatal: " + format)
+}
+
+// BenchmarkRetry measures the retry of a recorded request (the same
+// operation id and commands, answered from its replay record) on a hot
+// partition that has committed pending other requests since its last
+// checkpoint: a client retrying after a timeout, during a burst. The
+// retry must not cost more as the partition's pending journal grows.
+func BenchmarkRetry(b *testing.B) {
+	for _, pending := range []int{100, 10_000, 100_000} {
+		b.Run("pending="+strconv.Itoa(pending), func(b *testing.B) {
+			cfg := diskstore.DefaultConfig()
+			cfg.Dir = b.TempDir()
+			cfg.Sync = diskstore.SyncNever
+			cfg.SweepInterval = time.Hour // no checkpoint while loading
+			s, err := diskstore.Open(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			eng := engine.New(s)
+			request := func(id string) *engine.Request {
+				return &engine.Request{OperationID: id, Steps: []engine.Step{{
+					Partition: "hot",
+					Commands: []engine.Command{engine.Hit(1, engine.Window{
+						Key: "api", Kind: algo.KindGCRA, Limit: 1 << 40, WindowMs: 60_000})},
+				}}}
+			}
+			ctx := context.Background()
+			retried := request(engine.NewOperationID())
+			if _, err := eng.Do(ctx, retried); err != nil {
+				b.Fatal(err)
+			}
+			for range pending {
+				if _, err := eng.Do(ctx, request(engine.NewOperationID())); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := eng.Do(ctx, retried)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !resp.Steps[0].Replayed {
+					b.Fatal("the retry was charged again")
+				}
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -109,8 +110,8 @@ func (s *Store) markDirty(p *partition) {
 	p.dirty.Store(true)
 	s.dmu.Lock()
 	s.dirty = append(s.dirty, p)
-	if p.pend == nil {
-		p.pend = s.spareOps.take()
+	if p.pend.ops == nil {
+		p.pend.reset(s.spareOps.take())
 	}
 	s.dmu.Unlock()
 }
@@ -128,7 +129,7 @@ func (s *Store) journalRow(pb *pebble.Batch, jk, ops []byte) []byte {
 // pending adds ops, just committed, to what p holds for its next
 // checkpoint. The caller holds p.mu.
 func (s *Store) pending(p *partition, ops []byte) {
-	p.pend = append(p.pend, ops...)
+	p.pend.ops = append(p.pend.ops, ops...)
 	if s.pendBytes.Add(int64(len(ops))) > checkpointBytes && len(s.ckptSoon) == 0 {
 		select {
 		case s.ckptSoon <- struct{}{}:
@@ -137,24 +138,89 @@ func (s *Store) pending(p *partition, ops []byte) {
 	}
 }
 
-// pendingReplay returns the value of the replay row rk among the rows p
-// holds for a checkpoint, newest first. The caller holds p.mu.
-func pendingReplay(p *partition, rk []byte) ([]byte, bool, error) {
+// pendingOps holds journal ops a partition has committed and a
+// checkpoint has not yet written (partition.pend and flushing), with an
+// index of the replay rows they set. Resetting the ops resets the index.
+type pendingOps struct {
+	ops []byte
+	// replays maps the fingerprint (seeded, the store's) of the Pebble
+	// key of each replay row that ops[:indexed] sets to the offset of the
+	// last op setting it. Lookups build it (see findReplay), so a commit
+	// pays nothing for it, and a retry on a busy partition reads each op
+	// once, however many retries come, rather than every op each time.
+	replays map[uint64]int
+	indexed int
+}
+
+// maxKeptIndex bounds the index a partition keeps for its next ops.
+const maxKeptIndex = 1024
+
+// reset makes buf the ops held, buf being empty or nil, and empties the
+// index; it keeps the index's map unless a burst of retries grew it.
+func (o *pendingOps) reset(buf []byte) {
+	o.ops, o.indexed = buf, 0
+	if len(o.replays) > maxKeptIndex {
+		o.replays = nil
+	}
+	clear(o.replays)
+}
+
+// findReplay returns the value of the last op in o that sets the replay
+// row rk, which aliases o.ops. It first indexes the ops committed since
+// the last lookup.
+func (o *pendingOps) findReplay(rk []byte, seed maphash.Seed) ([]byte, bool, error) {
+	for o.indexed < len(o.ops) {
+		op, k, _, rest, err := nextOp(o.ops[o.indexed:])
+		if err != nil {
+			return nil, false, err
+		}
+		if op == opSet && len(k) > 0 && k[0] == nsReplay {
+			if o.replays == nil {
+				o.replays = make(map[uint64]int)
+			}
+			o.replays[maphash.Bytes(seed, k)] = o.indexed
+		}
+		o.indexed = len(o.ops) - len(rest)
+	}
+	at, ok := o.replays[maphash.Bytes(seed, rk)]
+	if !ok {
+		return nil, false, nil
+	}
+	if _, k, v, _, err := nextOp(o.ops[at:]); err != nil || bytes.Equal(k, rk) {
+		return v, err == nil, err
+	}
+	// Another replay row's key shares rk's fingerprint (64 bits, seeded:
+	// never seen in practice), and was set later: read every op.
+	return scanReplay(o.ops, rk)
+}
+
+// scanReplay returns the value of the last op in ops that sets rk.
+func scanReplay(ops, rk []byte) ([]byte, bool, error) {
 	var found []byte
 	ok := false
-	for _, ops := range [2][]byte{p.flushing, p.pend} {
-		for len(ops) > 0 {
-			op, k, v, rest, err := nextOp(ops)
-			if err != nil {
-				return nil, false, err
-			}
-			if op == opSet && bytes.Equal(k, rk) {
-				found, ok = v, true
-			}
-			ops = rest
+	for len(ops) > 0 {
+		op, k, v, rest, err := nextOp(ops)
+		if err != nil {
+			return nil, false, err
 		}
+		if op == opSet && bytes.Equal(k, rk) {
+			found, ok = v, true
+		}
+		ops = rest
 	}
 	return found, ok, nil
+}
+
+// pendingReplay returns the value of the replay row rk among the rows p
+// holds for a checkpoint, the latest if several set it; the value aliases
+// p's buffers. The caller holds p.mu.
+func pendingReplay(p *partition, rk []byte, seed maphash.Seed) ([]byte, bool, error) {
+	for _, o := range [2]*pendingOps{&p.pend, &p.flushing} { // newest first
+		if v, ok, err := o.findReplay(rk, seed); err != nil || ok {
+			return v, ok, err
+		}
+	}
+	return nil, false, nil
 }
 
 // ckptRow is one row a checkpoint writes: its key is buf[k:v] and its
@@ -197,9 +263,10 @@ func (s *Store) checkpoint(now int64) error {
 	var taken int64
 	for _, p := range parts {
 		p.mu.Lock()
-		p.flushing, p.pend = p.pend, p.flushing[:0]
-		taken += int64(len(p.flushing))
-		err := s.checkpointRows(ck, p, p.flushing, ended)
+		p.flushing, p.pend = p.pend, p.flushing
+		p.pend.reset(p.pend.ops[:0])
+		taken += int64(len(p.flushing.ops))
+		err := s.checkpointRows(ck, p, p.flushing.ops, ended)
 		p.mu.Unlock()
 		if err != nil {
 			return s.failIn("checkpoint", err)
@@ -226,18 +293,19 @@ func (s *Store) checkpoint(now int64) error {
 	keep, freed := parts[:0], ck.freed[:0]
 	for _, p := range parts {
 		p.mu.Lock()
-		if len(p.pend) == 0 {
+		if len(p.pend.ops) == 0 {
 			// Clean, p holds no buffer: only a partition written since
 			// the last checkpoint does. Its buffers may serve the next
 			// partition to turn dirty.
 			p.dirty.Store(false)
-			freed = append(freed, p.pend, p.flushing)
-			p.pend, p.flushing = nil, nil
+			freed = append(freed, p.pend.ops, p.flushing.ops)
+			p.pend, p.flushing = pendingOps{}, pendingOps{}
 		} else {
 			keep = append(keep, p) // committed again meanwhile
-			p.flushing = p.flushing[:0]
-			if cap(p.flushing) > maxKeptPend {
-				p.flushing = nil
+			if cap(p.flushing.ops) > maxKeptPend {
+				p.flushing.reset(nil)
+			} else {
+				p.flushing.reset(p.flushing.ops[:0])
 			}
 		}
 		p.mu.Unlock()
@@ -481,11 +549,11 @@ func (s *Store) writeRows(p *partition) bool {
 		return false
 	}
 	defer p.mu.Unlock()
-	if len(p.flushing) > 0 || s.failure() != nil {
+	if len(p.flushing.ops) > 0 || s.failure() != nil {
 		return false
 	}
 	var ck ckptBuf
-	if err := s.checkpointRows(&ck, p, p.pend, lastEnded(engine.UnixMilli(s.clock))); err != nil {
+	if err := s.checkpointRows(&ck, p, p.pend.ops, lastEnded(engine.UnixMilli(s.clock))); err != nil {
 		_ = s.failIn("checkpoint", err)
 		return false
 	}
@@ -496,8 +564,8 @@ func (s *Store) writeRows(p *partition) bool {
 		_ = s.failIn("checkpoint", err) // see checkpoint
 		return false
 	}
-	s.pendBytes.Add(-int64(len(p.pend)))
-	p.pend = nil
+	s.pendBytes.Add(-int64(len(p.pend.ops)))
+	p.pend = pendingOps{}
 	p.dirty.Store(false) // the checkpoint that takes p from s.dirty finds nothing
 	return true
 }

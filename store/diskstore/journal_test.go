@@ -3,6 +3,7 @@ package diskstore
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -255,7 +256,7 @@ func TestCheckpointReleasesBuffersOfCleanPartitions(t *testing.T) {
 	if p.dirty.Load() {
 		t.Fatal("p is dirty after a checkpoint with nothing committed since")
 	}
-	if n := cap(p.pend) + cap(p.flushing); n != 0 {
+	if n := cap(p.pend.ops) + cap(p.flushing.ops); n != 0 {
 		t.Errorf("p, clean, holds %d bytes of journal buffers, want 0", n)
 	}
 }
@@ -279,7 +280,7 @@ func TestCleanPartitionsBuffersServeTheNextDirty(t *testing.T) {
 	apply(t, s, "q", engine.Incr("n", 1, 3_600_000))
 	q := resident(s, "q")
 	q.mu.Lock()
-	got := cap(q.pend)
+	got := cap(q.pend.ops)
 	q.mu.Unlock()
 	s.dmu.Lock()
 	left := s.spareOps.bytes
@@ -348,7 +349,7 @@ func TestCheckpointThatCannotWriteFailsTheStore(t *testing.T) {
 	apply(t, s, "p", engine.Incr("n", 1, 60_000))
 	p := resident(s, "p")
 	p.mu.Lock()
-	p.pend = append(p.pend, 'x') // no op starts so
+	p.pend.ops = append(p.pend.ops, 'x') // no op starts so
 	p.mu.Unlock()
 	err := s.checkpoint(engine.UnixMilli(s.clock))
 	if !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "checkpoint") {
@@ -371,4 +372,100 @@ func openCrashable(t *testing.T) (*Store, Config, *vfs.MemFS) {
 	cfg.Dir, cfg.FS, cfg.Clock = "db", fs, testclock.At(t0)
 	cfg.SweepInterval = 1 << 62
 	return openTest(t, cfg), cfg, fs
+}
+
+// TestRetryReadsEachPendingOpOnce retries a recorded request on a
+// partition with many requests pending since its last checkpoint: the
+// retry replays, and the lookups between them read each pending op once
+// (the index covers every op, and the next lookup reads only the ops
+// committed since), rather than every op at each retry.
+func TestRetryReadsEachPendingOpOnce(t *testing.T) {
+	s := openCheckpointed(t)
+	eng := engine.New(s)
+	request := func(id string) *engine.Request {
+		return &engine.Request{OperationID: id, Steps: []engine.Step{{
+			Partition: "p", Commands: []engine.Command{engine.Incr("n", 1, 3_600_000)},
+		}}}
+	}
+	do := func(r *engine.Request) *engine.Response {
+		t.Helper()
+		resp, err := eng.Do(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	retried := request("op-retried")
+	do(retried)
+	commit := func(n int) {
+		for i := range n {
+			do(request(fmt.Sprintf("op-%d-%d", n, i)))
+		}
+	}
+	commit(1_000)
+	retry := func(wantIndexed int) {
+		t.Helper()
+		if resp := do(retried); !resp.Steps[0].Replayed || resp.Steps[0].Results[0].Int != 1 {
+			t.Fatalf("retry: %+v, want the recorded result, replayed", resp.Steps[0])
+		}
+		p := resident(s, "p")
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.pend.indexed != len(p.pend.ops) || len(p.pend.replays) != wantIndexed {
+			t.Fatalf("after the retry the index covers %d of %d bytes, %d replay rows; want all, %d rows",
+				p.pend.indexed, len(p.pend.ops), len(p.pend.replays), wantIndexed)
+		}
+	}
+	retry(1 + 1_000)
+	commit(10)
+	retry(1 + 1_000 + 10)
+
+	// As during a checkpoint: the ops move to flushing with their index.
+	p := resident(s, "p")
+	p.mu.Lock()
+	p.flushing, p.pend = p.pend, pendingOps{}
+	p.mu.Unlock()
+	commit(5)
+	if resp := do(retried); !resp.Steps[0].Replayed {
+		t.Fatalf("retry while its op is being checkpointed: %+v, want replayed", resp.Steps[0])
+	}
+	p.mu.Lock() // as it was, for the store's closing checkpoint
+	p.pend = pendingOps{ops: append(p.flushing.ops, p.pend.ops...)}
+	p.flushing = pendingOps{}
+	p.mu.Unlock()
+}
+
+// TestPendingReplayIndex checks the index of replay rows among pending
+// ops: a row set twice gives its last value, a row sharing another's
+// fingerprint is still found, and emptied ops leave no stale entries.
+func TestPendingReplayIndex(t *testing.T) {
+	seed := maphash.MakeSeed()
+	rk := func(key string) []byte { return appendReplayKey(nil, 7, "p", key) }
+	var o pendingOps
+	o.ops = appendSetOp(o.ops, rk("\x00a"), []byte("a1"))
+	o.ops = appendSetOp(o.ops, appendRecordKey(nil, "p", "n"), []byte("record"))
+	o.ops = appendSetOp(o.ops, rk("\x00b"), []byte("b1"))
+	o.ops = appendSetOp(o.ops, rk("\x00a"), []byte("a2"))
+	find := func(key, want string) {
+		t.Helper()
+		v, ok, err := o.findReplay(rk(key), seed)
+		if err != nil || ok != (want != "") || string(v) != want {
+			t.Fatalf("findReplay(%q) = %q, %v, %v; want %q", key, v, ok, err, want)
+		}
+	}
+	find("\x00a", "a2")
+	find("\x00b", "b1")
+	find("\x00c", "")
+
+	// "\x00b" shares "\x00a"'s fingerprint and was set after it: the
+	// index points at "\x00b"'s op, and the lookup of "\x00a" reads them all.
+	o.replays[maphash.Bytes(seed, rk("\x00a"))] = o.replays[maphash.Bytes(seed, rk("\x00b"))]
+	find("\x00a", "a2")
+
+	// Emptied and refilled, the buffer's old offsets mean nothing.
+	o.reset(o.ops[:0])
+	o.ops = appendSetOp(o.ops, appendRecordKey(nil, "p", "long record key"), []byte("x"))
+	o.ops = appendSetOp(o.ops, rk("\x00b"), []byte("b2"))
+	find("\x00a", "")
+	find("\x00b", "b2")
 }

@@ -46,7 +46,7 @@ type partition struct {
 	// pend holds the journal ops committed since the last checkpoint took
 	// the partition's, and flushing those of the checkpoint in progress;
 	// guarded by mu.
-	pend, flushing []byte
+	pend, flushing pendingOps
 
 	prev, next *partition // the shard's recency list, guarded by its lock
 	same       *partition // the next partition of the shard with the same hash

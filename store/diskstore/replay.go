@@ -82,7 +82,7 @@ func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
 			continue
 		}
 		rk := appendReplayKey(nil, bk.b, p.name, key)
-		if v, ok, err := pendingReplay(p, rk); err != nil || ok {
+		if v, ok, err := pendingReplay(p, rk, s.seed); err != nil || ok {
 			if err != nil {
 				return engine.Record{}, false, err
 			}
