@@ -112,10 +112,11 @@
 // 4 MiB they are let go once a checkpoint needs less than half of them),
 // and the store keeps at most 4 MiB of the ops buffers of partitions a
 // checkpoint left clean (those of 256 bytes to 64 KiB), for the next
-// partitions to turn dirty. The first retry of a step on such a partition
-// indexes the replay records among its pending ops (a map entry each), so
-// that later retries do not read them all again; a partition keeps an
-// index of up to 1,024 entries for its next ops, and drops a larger one.
+// partitions to turn dirty. The first retry of a step on a partition
+// written since the last checkpoint indexes the replay records among its
+// pending ops (a map entry each), so that later retries do not read them
+// all again; a partition keeps an index of up to 1,024 entries for its
+// next ops, and drops a larger one.
 //
 // # Expiry
 //
