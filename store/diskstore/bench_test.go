@@ -285,3 +285,52 @@ func BenchmarkRetry(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkColdPartitions measures hits on partitions that are mostly not
+// in memory: 500,000 partitions, each written once, at most 50,000
+// resident, hits on random ones (fsync never). Most hits load their
+// partition from disk (a prefix scan of its records and a seek among the
+// replay records) and evict another, writing its rows first if a
+// checkpoint has not yet: the cost of a workload of many more clients
+// than MaxResident, such as a limit per client address.
+func BenchmarkColdPartitions(b *testing.B) {
+	cfg := diskstore.DefaultConfig()
+	cfg.Dir = b.TempDir()
+	cfg.Sync = diskstore.SyncNever
+	cfg.MaxResident = 50_000
+	s, err := diskstore.Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	eng := engine.New(s)
+	names := partitionNames(1_000_000)[:500_000]
+	window := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: algo.MaxLimit, WindowMs: 3_600_000}
+	ctx := context.Background()
+	var out engine.StepResult
+	for _, n := range names {
+		if err := eng.Apply(ctx, n, &out, engine.Hit(1, window)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	setParallelism(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var out engine.StepResult
+		cmds := []engine.Command{engine.Hit(1, window)}
+		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		for pb.Next() {
+			if err := eng.Apply(ctx, names[rng.IntN(len(names))], &out, cmds...); err != nil {
+				b.Error(err)
+				return
+			}
+			if !out.Results[0].Allowed {
+				b.Error("hit denied")
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
