@@ -93,10 +93,13 @@ func benchHit(b *testing.B, keys int, sync diskstore.SyncPolicy) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	eng := engine.New(s)
-	names := partitionNames(keys)
 	window := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: algo.MaxLimit, WindowMs: 3_600_000}
+	hitRandomly(b, engine.New(s), partitionNames(keys), window)
+}
 
+// hitRandomly runs one hit of window a call on a random partition of
+// names, from 64 goroutines, every hit admitted.
+func hitRandomly(b *testing.B, eng *engine.Engine, names []string, window engine.Window) {
 	b.ReportAllocs()
 	setParallelism(b)
 	b.ResetTimer()
@@ -313,24 +316,5 @@ func BenchmarkColdPartitions(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportAllocs()
-	setParallelism(b)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		var out engine.StepResult
-		cmds := []engine.Command{engine.Hit(1, window)}
-		rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-		for pb.Next() {
-			if err := eng.Apply(ctx, names[rng.IntN(len(names))], &out, cmds...); err != nil {
-				b.Error(err)
-				return
-			}
-			if !out.Results[0].Allowed {
-				b.Error("hit denied")
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	hitRandomly(b, eng, names, window)
 }
