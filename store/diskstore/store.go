@@ -23,6 +23,7 @@ const shardCount = 64
 // Store is the embedded durable store. It is safe for concurrent use.
 type Store struct {
 	db     *pebble.DB
+	wal    *walFS // the file system Pebble is opened on (see walfs.go)
 	cfg    Config
 	clock  engine.Clock
 	log    *slog.Logger
@@ -136,22 +137,35 @@ func Open(cfg Config) (*Store, error) {
 		s.shards[i].init()
 	}
 
+	fs := cfg.FS
+	if fs == nil {
+		// Pebble wraps a nil FS in a disk-health checker whose goroutine
+		// only DB.Close stops: a pebble.Open that fails (the directory
+		// locked, not a directory) would leave it running. Its reports go
+		// to an event listener the store does not set, so the operating
+		// system's file system is used as it is.
+		fs = vfs.Default
+	}
+	s.wal = newWALFS(fs, cfg.Dir, cfg.MemTableBytes, s.log)
 	db, err := pebble.Open(cfg.Dir, s.pebbleOptions())
 	if err != nil {
+		s.wal.close()
 		return nil, fmt.Errorf("%w: diskstore: opening %s: %w", engine.ErrUnavailable, cfg.Dir, err)
 	}
 	s.db = db
-	if err := s.checkFormat(); err != nil {
+	fail := func(err error) (*Store, error) {
 		_ = db.Close()
+		s.wal.close()
 		return nil, err
+	}
+	if err := s.checkFormat(); err != nil {
+		return fail(err)
 	}
 	if err := s.recoverJournal(engine.UnixMilli(s.clock)); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("diskstore: applying the journal of %s: %w", cfg.Dir, err)
+		return fail(fmt.Errorf("diskstore: applying the journal of %s: %w", cfg.Dir, err))
 	}
 	if err := s.fillPresence(engine.UnixMilli(s.clock)); err != nil {
-		_ = db.Close()
-		return nil, err
+		return fail(err)
 	}
 	s.bg.Add(2)
 	go s.background()
@@ -160,17 +174,8 @@ func Open(cfg Config) (*Store, error) {
 }
 
 func (s *Store) pebbleOptions() *pebble.Options {
-	// Pebble wraps a nil FS in a disk-health checker whose goroutine only
-	// DB.Close stops: a pebble.Open that fails (the directory locked, not a
-	// directory) would leave it running. Its reports go to an event
-	// listener the store does not set, so the operating system's file
-	// system is passed as it is.
-	fs := s.cfg.FS
-	if fs == nil {
-		fs = vfs.Default
-	}
 	return &pebble.Options{
-		FS:                 fs,
+		FS:                 s.wal,
 		CacheSize:          s.cfg.CacheBytes,
 		MemTableSize:       uint64(s.cfg.MemTableBytes),
 		FormatMajorVersion: pebble.FormatNewest,
@@ -518,6 +523,7 @@ func (s *Store) Close() error {
 			}
 		}
 		err = errors.Join(err, s.db.Close())
+		s.wal.close()
 		s.gate.Unlock()
 		if err != nil {
 			s.closeErr = unavailable(err)

@@ -1,0 +1,270 @@
+package diskstore
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Pebble's write-ahead log goes into files written in full beforehand.
+//
+// An fsync of data written into blocks the file never held (a new file's
+// end, or a preallocated range) must also commit the file system's record
+// of those blocks; an fsync of data overwriting written blocks commits the
+// data alone. Measured here on ext4 (BenchmarkSyncedWrite), a 4 KiB write
+// and its fdatasync took 220–340 µs appended or into a preallocated range,
+// 160–175 µs overwriting. Pebble recycles its log files for that reason,
+// but only those of memtables it has flushed, and only as far as they
+// were written: a store's first memtables are small (256 KiB, doubling up
+// to Config.MemTableBytes), so for its first few hundred megabytes of log
+// nearly every fsync wrote into new blocks. Under fsync always that was
+// the store's slowest phase, and every start went through it: over a
+// server's first 12 s, at one decision per call, the spares raised its
+// decisions per second by 7–14 % (see docs/benchmarks.md).
+//
+// So the store keeps a spare: a file of zeros, written and fsynced in the
+// background, which walFS hands Pebble in place of a new log file, or of a
+// recycled one shorter than the spare. Pebble reads a log's zeroed tail as
+// its end, as it reads a recycled file's old tail (the log's records carry
+// the log's number), so a spare is to Pebble a recycled file whose old
+// contents were zeros. The spare outlives the store, named spareName in its
+// directory, for the next Open's first log.
+//
+// A spare's size follows the logs: eight times the last finished log's
+// bytes, rounded up to spareChunk, never shrinking, and at most Pebble's
+// preallocation for one log. (Pebble doubles each memtable's size until it
+// reaches its own, and a spare made as log n+1 starts, sized on log n,
+// serves log n+2: up to four times log n's memtable.) A store that never
+// fills a memtable never writes one.
+
+const (
+	spareName = "sluice-wal-spare"
+	spareTemp = spareName + ".tmp"
+	// spareChunk is the unit a spare is written in, and fsynced every
+	// spareSyncEvery bytes so that its dirty pages never pile up for the
+	// log's own fsyncs to wait behind.
+	spareChunk     = 1 << 20
+	spareSyncEvery = 4 << 20
+)
+
+// errSpareClosed stops a spare's writing when the store closes.
+var errSpareClosed = errors.New("diskstore: closed while writing a spare log file")
+
+// walFS is the file system the store opens Pebble on: cfg.FS (or the
+// operating system's) with a spare for each write-ahead log file (see
+// above).
+type walFS struct {
+	vfs.FS
+	spare, temp string
+	max         int64 // the largest spare: Pebble's preallocation for a log
+	log         *slog.Logger
+	logBytes    atomic.Int64 // written to the current log file
+
+	mu      sync.Mutex
+	idle    sync.Cond // signalled when a spare's writing ends
+	ready   int64     // the complete spare's size; 0: none
+	want    int64     // the size of the next spare; 0: none wanted yet
+	writing bool
+	closed  bool
+	failed  bool // writing a spare failed: the store goes on without
+}
+
+// newWALFS wraps fs for a store in dir whose memtables hold memTable
+// bytes. It deletes a spare left half written and adopts a complete one.
+func newWALFS(fs vfs.FS, dir string, memTable int64, log *slog.Logger) *walFS {
+	w := &walFS{
+		FS:    fs,
+		spare: fs.PathJoin(dir, spareName),
+		temp:  fs.PathJoin(dir, spareTemp),
+		// As Pebble's: the log's preallocation is 110 % of a memtable.
+		max: memTable + memTable/10,
+		log: log,
+	}
+	w.idle.L = &w.mu
+	_ = fs.Remove(w.temp)
+	if fi, err := fs.Stat(w.spare); err == nil && fi.Size() > 0 {
+		w.ready, w.want = fi.Size(), fi.Size()
+	}
+	return w
+}
+
+// isLog reports whether name is one of Pebble's write-ahead log files.
+func isLog(name string) bool { return strings.HasSuffix(name, ".log") }
+
+// Create creates name; a write-ahead log file is the spare, if one is
+// ready.
+func (w *walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if !isLog(name) {
+		return w.FS.Create(name, category)
+	}
+	if f := w.useSpare(name, category, "", 0); f != nil {
+		return f, nil
+	}
+	return w.track(w.FS.Create(name, category))
+}
+
+// ReuseForWrite renames oldname, a log file Pebble recycles, to newname
+// and opens it; if oldname is shorter than a ready spare, the spare takes
+// its place and oldname is deleted.
+func (w *walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if isLog(newname) {
+		size := int64(math.MaxInt64) // unknown: kept
+		if fi, err := w.FS.Stat(oldname); err == nil {
+			size = fi.Size()
+		}
+		if f := w.useSpare(newname, category, oldname, size); f != nil {
+			return f, nil
+		}
+	}
+	return w.track(w.FS.ReuseForWrite(oldname, newname, category))
+}
+
+// useSpare returns the spare, renamed name and open for writing, if one
+// larger than replacedSize is ready, deleting replaced (a recycled log
+// file, or ""); otherwise nil. Either way Pebble is starting a new log:
+// the spare for the next one is sized on the log just finished, and
+// written.
+func (w *walFS) useSpare(name string, category vfs.DiskWriteCategory, replaced string, replacedSize int64) vfs.File {
+	finished := w.logBytes.Swap(0)
+	w.mu.Lock()
+	if finished > 0 {
+		want := (8*finished + spareChunk - 1) / spareChunk * spareChunk
+		w.want = max(w.want, min(want, w.max))
+	}
+	size := w.ready
+	if size <= replacedSize {
+		w.mu.Unlock()
+		w.prepare()
+		return nil
+	}
+	w.ready = 0
+	w.mu.Unlock()
+	defer w.prepare()
+	f, err := w.FS.ReuseForWrite(w.spare, name, category)
+	if err != nil {
+		// The caller makes the log file as Pebble asked: Create truncates
+		// whatever the rename left, and ReuseForWrite renames over it.
+		w.log.Warn("diskstore: opening the spare log file", "err", err)
+		return nil
+	}
+	if replaced != "" {
+		_ = w.FS.Remove(replaced) // an obsolete log: Open deletes one it finds
+	}
+	tracked, _ := w.track(f, nil)
+	return tracked
+}
+
+// prepare starts writing a spare if one is wanted and none is ready or
+// being written.
+func (w *walFS) prepare() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || w.failed || w.writing || w.ready > 0 || w.want == 0 {
+		return
+	}
+	w.writing = true
+	go w.write(w.want)
+}
+
+// write writes a spare of size bytes and makes it ready.
+func (w *walFS) write(size int64) {
+	err := w.writeSpare(size)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writing = false
+	w.idle.Broadcast()
+	switch {
+	case err == nil:
+		w.ready = size
+	case !errors.Is(err, errSpareClosed):
+		w.failed = true
+		w.log.Warn("diskstore: writing a spare log file; new log files are created as they are needed", "err", err)
+	}
+}
+
+func (w *walFS) writeSpare(size int64) (err error) {
+	f, err := w.FS.Create(w.temp, "sluice-wal-spare")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = w.FS.Remove(w.temp)
+		}
+	}()
+	zeros := make([]byte, spareChunk)
+	for off := int64(0); off < size; off += spareChunk {
+		if w.isClosed() {
+			return errSpareClosed
+		}
+		if _, err := f.Write(zeros[:min(spareChunk, size-off)]); err != nil {
+			return err
+		}
+		if (off+spareChunk)%spareSyncEvery == 0 {
+			if err := f.SyncData(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := f.SyncData(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		_ = w.FS.Remove(w.temp)
+		return err
+	}
+	return w.FS.Rename(w.temp, w.spare)
+}
+
+func (w *walFS) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// close stops writing spares and waits for the one being written, which
+// it abandons.
+func (w *walFS) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	for w.writing {
+		w.idle.Wait()
+	}
+}
+
+// waitIdle waits until no spare is being written (for tests).
+func (w *walFS) waitIdle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.writing {
+		w.idle.Wait()
+	}
+}
+
+// track wraps a log file opened for writing to count the bytes written to
+// it.
+func (w *walFS) track(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &logFile{File: f, n: &w.logBytes}, nil
+}
+
+// logFile is a log file that counts the bytes written to it.
+type logFile struct {
+	vfs.File
+	n *atomic.Int64
+}
+
+func (f *logFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.n.Add(int64(n))
+	return n, err
+}
