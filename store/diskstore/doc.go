@@ -93,6 +93,16 @@
 // call returns an error wrapping engine.ErrUnavailable, and reopening the
 // directory recovers exactly what reached the disk.
 //
+// # Log files
+//
+// Pebble's write-ahead log is fsynced faster into blocks written before
+// than into new ones. So the store keeps a spare log file of zeros,
+// sluice-wal-spare in Config.Dir, written in the background, and gives it
+// to Pebble in place of each new log file, or of a recycled one shorter
+// than the spare (see walfs.go). The spare grows with the logs, up to
+// 110 % of Config.MemTableBytes, and is kept between runs. If it cannot be
+// written, the store logs a warning and goes on without it.
+//
 // # Memory
 //
 // At most Config.MaxResident partitions are held in memory (about 170 bytes
