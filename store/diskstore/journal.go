@@ -43,13 +43,24 @@ import (
 
 // Journal op codes: a journal row's value is a sequence of ops, each
 //
-//	opSet    uvarint(len(key)) key uvarint(len(value)) value
-//	opDelete uvarint(len(key)) key
+//	opSet       uvarint(len(key)) key uvarint(len(value)) value
+//	opDelete    uvarint(len(key)) key
+//	opSetRecord uvarint(len(k)) k uvarint(len(value)) value
 //
-// applied in order to the rows, keys being Pebble keys (see layout.go).
+// applied in order to the rows, keys being Pebble keys (see layout.go),
+// but for opSetRecord's: it sets record k of the partition named by the
+// key of the last opSet or opDelete of a record row before it. A round
+// writes its partition's records one after another, so every record op
+// after the first spares the partition's name: over the server, where
+// names are 64-digit hashes, a request of 4 steps of 8 hits wrote 193–196
+// bytes of log per decision instead of 254–258.
+// The ops of each partition in a row begin with a full record op before
+// any opSetRecord, so that a partition's ops are read alone (a
+// partition's pending ops, see pendingOps) as well as in their row.
 const (
-	opSet    = 's'
-	opDelete = 'd'
+	opSet       = 's'
+	opDelete    = 'd'
+	opSetRecord = 'r'
 )
 
 // checkpointBytes is how much a store keeps pending in memory before it
@@ -59,6 +70,13 @@ const checkpointBytes = 64 << 20
 func appendSetOp(dst, key, value []byte) []byte {
 	dst = binary.AppendUvarint(append(dst, opSet), uint64(len(key)))
 	dst = binary.AppendUvarint(append(dst, key...), uint64(len(value)))
+	return append(dst, value...)
+}
+
+// appendSetRecordOp appends an opSetRecord of record k.
+func appendSetRecordOp(dst []byte, k string, value []byte) []byte {
+	dst = binary.AppendUvarint(append(dst, opSetRecord), uint64(len(k)))
+	dst = binary.AppendUvarint(append(dst, k...), uint64(len(value)))
 	return append(dst, value...)
 }
 
@@ -90,7 +108,7 @@ func nextOp(ops []byte) (op byte, key, value, rest []byte, err error) {
 		return corrupt()
 	}
 	switch op {
-	case opSet:
+	case opSet, opSetRecord:
 		if value, ok = field(); !ok {
 			return corrupt()
 		}
@@ -386,8 +404,10 @@ type ckptBuf struct {
 	// freed holds the buffers of journal ops a checkpoint takes back from
 	// partitions it leaves clean, on their way to the spare buffers.
 	freed [][]byte
-	// scratch holds a record's value on its way into buf.
-	scratch []byte
+	// scratch holds a record's value on its way into buf; prefix, the
+	// partition prefix of the partition whose ops are read; rk, the key
+	// of an opSetRecord's row.
+	scratch, prefix, rk []byte
 }
 
 func (ck *ckptBuf) add(key, value []byte, del bool) {
@@ -421,31 +441,21 @@ func (s *Store) checkpointRows(ck *ckptBuf, p *partition, ops []byte, ended int6
 		ck.seen = make(map[string]struct{})
 	}
 	clear(ck.seen)
-	prefix := len(appendPartitionPrefix(ck.scratch[:0], p.name))
+	ck.prefix = appendPartitionPrefix(ck.prefix[:0], p.name)
+	prefix := len(ck.prefix)
 	for len(ops) > 0 {
 		op, k, v, rest, err := nextOp(ops)
 		if err != nil {
 			return err
 		}
 		ops = rest
+		rk := k // a record op's Pebble key
 		switch {
+		case op == opSetRecord:
+			ck.rk = append(append(ck.rk[:0], ck.prefix...), k...)
+			rk = ck.rk
 		case len(k) == 0:
 			return fmt.Errorf("%w: journal op with an empty key", engine.ErrCorrupt)
-		case k[0] == nsRecord:
-			if _, dup := ck.seen[string(k)]; dup {
-				continue
-			}
-			ck.seen[string(k)] = struct{}{}
-			if len(k) <= prefix {
-				return fmt.Errorf("%w: journal record key %q", engine.ErrCorrupt, k)
-			}
-			rec, ok := p.recs.get(string(k[prefix:]))
-			if !ok {
-				ck.add(k, nil, true)
-				continue
-			}
-			ck.scratch = appendValue(ck.scratch[:0], &rec)
-			ck.add(k, ck.scratch, false)
 		case k[0] == nsReplay:
 			b, _, _, err := parseReplayKey(k)
 			if err != nil {
@@ -454,9 +464,25 @@ func (s *Store) checkpointRows(ck *ckptBuf, p *partition, ops []byte, ended int6
 			if b > ended {
 				ck.add(k, v, op == opDelete)
 			}
-		default: // expiry index entries
+			continue
+		case k[0] != nsRecord: // expiry index entries
 			ck.add(k, v, op == opDelete)
+			continue
 		}
+		if _, dup := ck.seen[string(rk)]; dup {
+			continue
+		}
+		ck.seen[string(rk)] = struct{}{}
+		if len(rk) <= prefix {
+			return fmt.Errorf("%w: journal record key %q", engine.ErrCorrupt, rk)
+		}
+		rec, ok := p.recs.get(string(rk[prefix:]))
+		if !ok {
+			ck.add(rk, nil, true)
+			continue
+		}
+		ck.scratch = appendValue(ck.scratch[:0], &rec)
+		ck.add(rk, ck.scratch, false)
 	}
 	return nil
 }
@@ -476,6 +502,7 @@ func (s *Store) recoverJournal(now int64) error {
 	defer func() { _ = pb.Close() }()
 	ended := lastEnded(now)
 	var last uint64
+	var prefix, key []byte
 	rows := 0
 	for ok := iter.First(); ok; ok = iter.Next() {
 		seq, err := parseJournalKey(iter.Key())
@@ -488,6 +515,7 @@ func (s *Store) recoverJournal(now int64) error {
 			_ = iter.Close()
 			return unavailable(err)
 		}
+		prefix = prefix[:0] // of the last record op's partition
 		for len(ops) > 0 {
 			op, k, v, rest, err := nextOp(ops)
 			if err != nil {
@@ -495,6 +523,22 @@ func (s *Store) recoverJournal(now int64) error {
 				return err
 			}
 			ops = rest
+			switch {
+			case op == opSetRecord:
+				if len(prefix) == 0 {
+					_ = iter.Close()
+					return fmt.Errorf("%w: journal row %d sets record %q of no partition", engine.ErrCorrupt, seq, k)
+				}
+				_ = pb.Set(append(append(key[:0], prefix...), k...), v, nil)
+				continue
+			case len(k) > 0 && k[0] == nsRecord:
+				p, _, err := parseRecordKey(k)
+				if err != nil {
+					_ = iter.Close()
+					return err
+				}
+				prefix = appendPartitionPrefix(prefix[:0], string(p))
+			}
 			if len(k) > 0 && k[0] == nsReplay && op == opSet {
 				if b, _, _, err := parseReplayKey(k); err != nil || b <= ended {
 					continue // a bad key is never written; an ended bucket need not be

@@ -6,6 +6,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,38 +124,53 @@ func TestJournalAppliedOnOpen(t *testing.T) {
 	}
 }
 
-// TestFormat2OpensAsFormat3 opens a directory of format version 2 (which
-// has no journal) and checks that its records are read and its version
-// is now 3.
-func TestFormat2OpensAsFormat3(t *testing.T) {
-	rec := engine.Record{Kind: engine.RecValue, ExpireAt: t0 + 3_600_000, Data: []byte("41")}
-	dir := plant(t, map[string][]byte{
-		string(formatKey):                      encodeFormat(2),
-		string(appendRecordKey(nil, "p", "n")): appendValue(nil, &rec),
-		string(appendIndexKey(nil, bucketOf(rec.ExpireAt), 1, appendRecordKey(nil, "p", "n"))): nil,
-	})
-	cfg := DefaultConfig()
-	cfg.Dir = dir
-	cfg.Clock = testclock.At(t0)
-	s := openTest(t, cfg)
-	if got := apply(t, s, "p", engine.Incr("n", 1, 3_600_000)).Results[0].Int; got != 42 {
-		t.Errorf("incremented a format-2 counter of 41 to %d, want 42", got)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	v, closer, err := db.Get(formatKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer.Close()
-	if got, err := decodeFormat(v); err != nil || got != 3 {
-		t.Errorf("format version %d (%v) after opening a version 2 directory, want 3", got, err)
+// TestEarlierFormatsOpenAsTheCurrent opens directories of format versions
+// 2 (which has no journal) and 3 (a journal without opSetRecord, here
+// left by an unclean stop) and checks that their records and journal are
+// read and their version is now the current one.
+func TestEarlierFormatsOpenAsTheCurrent(t *testing.T) {
+	for _, version := range []uint32{2, 3} {
+		t.Run(fmt.Sprint(version), func(t *testing.T) {
+			rec := engine.Record{Kind: engine.RecValue, ExpireAt: t0 + 3_600_000, Data: []byte("41")}
+			rows := map[string][]byte{
+				string(formatKey):                      encodeFormat(version),
+				string(appendRecordKey(nil, "p", "n")): appendValue(nil, &rec),
+				string(appendIndexKey(nil, bucketOf(rec.ExpireAt), 1, appendRecordKey(nil, "p", "n"))): nil,
+			}
+			want := int64(42)
+			if version == 3 {
+				// A journal row as version 3 wrote it, setting the counter
+				// to 50; opening applies it.
+				later := rec
+				later.Data = []byte("50")
+				rows[string(appendJournalKey(nil, 1))] = appendSetOp(nil, appendRecordKey(nil, "p", "n"), appendValue(nil, &later))
+				want = 51
+			}
+			dir := plant(t, rows)
+			cfg := DefaultConfig()
+			cfg.Dir = dir
+			cfg.Clock = testclock.At(t0)
+			s := openTest(t, cfg)
+			if got := apply(t, s, "p", engine.Incr("n", 1, 3_600_000)).Results[0].Int; got != want {
+				t.Errorf("incremented a format-%d counter to %d, want %d", version, got, want)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			v, closer, err := db.Get(formatKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer closer.Close()
+			if got, err := decodeFormat(v); err != nil || got != formatVersion {
+				t.Errorf("format version %d (%v) after opening a version %d directory, want %d", got, err, version, formatVersion)
+			}
+		})
 	}
 }
 
@@ -468,4 +484,91 @@ func TestPendingReplayIndex(t *testing.T) {
 	o.ops = appendSetOp(o.ops, rk("\x00b"), []byte("b2"))
 	find("\x00a", "")
 	find("\x00b", "b2")
+}
+
+// TestJournalNamesAPartitionOnce checks that a commit's journal row names
+// each of its partitions in its first record op only (the others are
+// opSetRecord), in a round of one partition and in a joint step of two;
+// and that opening a copy of the store as a power loss leaves it, with
+// every change still in the journal, applies them all.
+func TestJournalNamesAPartitionOnce(t *testing.T) {
+	s, cfg, fs := openCrashable(t)
+	eng := engine.New(s)
+	sets := func(prefix string, n int) []engine.Command {
+		cmds := make([]engine.Command, n)
+		for i := range cmds {
+			cmds[i] = engine.Set(fmt.Sprintf("%s%d", prefix, i), fmt.Sprintf("v%d", i), 3_600_000)
+		}
+		return cmds
+	}
+	apply(t, s, "p", sets("k", 8)...)
+	joint := []engine.Step{
+		{Partition: engine.ReservedPartition("a"), Commands: sets("a", 3)},
+		{Partition: engine.ReservedPartition("b"), Commands: sets("b", 3)},
+	}
+	outs := make([]engine.StepResult, 2)
+	if err := eng.ApplyReservedJointDeferred(t.Context(), joint, outs); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	type counts struct{ full, short int }
+	var rows []counts
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsJournal}, UpperBound: []byte{nsJournal + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ok := iter.First(); ok; ok = iter.Next() {
+		var c counts
+		for ops := iter.Value(); len(ops) > 0; {
+			op, k, _, rest, err := nextOp(ops)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case op == opSetRecord:
+				c.short++
+			case k[0] == nsRecord:
+				c.full++
+			}
+			ops = rest
+		}
+		rows = append(rows, c)
+	}
+	if err := iter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []counts{{1, 7}, {2, 4}}; !slices.Equal(rows, want) {
+		t.Errorf("journal rows hold (full, opSetRecord) record ops %v, want %v", rows, want)
+	}
+
+	c := cfg
+	c.FS = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	copied := openTest(t, c)
+	read := engine.New(copied)
+	for _, tc := range []struct {
+		partition string
+		reserved  bool
+		prefix    string
+		n         int
+	}{{"p", false, "k", 8}, {"a", true, "a", 3}, {"b", true, "b", 3}} {
+		for i := range tc.n {
+			var out engine.StepResult
+			get := engine.Get(fmt.Sprintf("%s%d", tc.prefix, i))
+			var err error
+			if tc.reserved {
+				err = read.ApplyReserved(t.Context(), tc.partition, &out, get)
+			} else {
+				err = read.Apply(t.Context(), tc.partition, &out, get)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("v%d", i); out.Results[0].Value != want {
+				t.Errorf("%q %s%d = %q after opening the copy, want %q", tc.partition, tc.prefix, i, out.Results[0].Value, want)
+			}
+		}
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// On-disk layout, format version 3.
+// On-disk layout, format version 4.
 //
 // Every Pebble key starts with a one-byte namespace:
 //
@@ -78,7 +78,12 @@ import (
 // version 2 is one of version 3 with an empty journal, and is opened as
 // such (its version is rewritten). Version 2 cannot read a journal, so
 // it refuses a directory of version 3.
-const formatVersion uint32 = 3
+//
+// Version 4 added a journal op, opSetRecord (see journal.go), and changed
+// nothing else: a directory of version 3 is opened as one of version 4
+// (its version rewritten before its journal is read), and version 3,
+// which could not read a journal holding the new op, refuses version 4.
+const formatVersion uint32 = 4
 
 // bucketMs is the width of an expiry bucket, in milliseconds. A record
 // whose expiry moves with every write (sliding, log and GCRA windows, pace

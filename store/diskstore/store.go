@@ -196,13 +196,14 @@ func (s *Store) checkFormat() error {
 			return derr
 		case version == formatVersion:
 			return nil
-		case version == 2:
-			// Version 3 is version 2 with a journal (see layout.go).
+		case version == 2 || version == 3:
+			// Version 3 is version 2 with a journal, and version 4 is
+			// version 3 with one more journal op (see layout.go).
 			return s.writeFormat()
 		case version == 1:
 			return s.migrateV1(engine.UnixMilli(s.clock))
 		}
-		return fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 and 2: "+
+		return fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 to 3: "+
 			"open it with a build that reads version %d, or move it aside to start with an empty store",
 			ErrFormat, s.cfg.Dir, version, formatVersion, version)
 	case !errors.Is(err, pebble.ErrNotFound):
@@ -333,6 +334,7 @@ func (s *Store) encode(w *worker, ops []byte, p *partition, writes []engine.Writ
 			w.last[writes[i].Key] = i
 		}
 	}
+	named := false // a record op has named p (see opSetRecord)
 	for i := range writes {
 		if large && w.last[writes[i].Key] != i || !large && rewritten(writes, i) {
 			continue
@@ -351,10 +353,16 @@ func (s *Store) encode(w *worker, ops []byte, p *partition, writes []engine.Writ
 			// drops it when its bucket ends.
 			if had {
 				ops = appendDeleteOp(ops, w.rk)
+				named = true
 			}
 			continue
 		}
-		ops = appendSetOp(ops, w.rk, w.val)
+		if named {
+			ops = appendSetRecordOp(ops, wr.Key, w.val)
+		} else {
+			ops = appendSetOp(ops, w.rk, w.val)
+			named = true
+		}
 		if b := bucketOf(wr.Rec.ExpireAt); !had || bucketOf(old.ExpireAt) != b {
 			w.xk = appendIndexKey(w.xk[:0], b, s.seq.Add(1), w.rk)
 			ops = appendSetOp(ops, w.xk, nil)
