@@ -106,13 +106,13 @@ func (c *countingSystem) call(context.Context, *caller) (int, error) {
 	return 0, nil
 }
 
-func (c *countingSystem) walSyncs() uint64 {
+func (c *countingSystem) walCounts() walCounts {
 	c.first.Do(func() {
 		for deadline := time.Now().Add(200 * time.Millisecond); c.calls.Load() == 0 && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 	})
-	return c.calls.Load()
+	return walCounts{syncs: c.calls.Load()}
 }
 
 func (c *countingSystem) close() error { return nil }

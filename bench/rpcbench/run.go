@@ -70,8 +70,9 @@ type Result struct {
 	// callers — used during the measured time; zero where not measured.
 	CPU time.Duration
 	// WALSyncs counts the durable store's write-ahead log fsyncs during the
-	// measured time; zero for systems without one.
-	WALSyncs uint64
+	// measured time, and WALBytes the bytes written to the log; zero for
+	// systems without one.
+	WALSyncs, WALBytes uint64
 	// FirstErr is the first error met, if any.
 	FirstErr error
 }
@@ -117,15 +118,32 @@ func (r Result) CallsPerWALSync() float64 {
 	return float64(r.Calls) / float64(r.WALSyncs)
 }
 
-// walSyncer is an instance with a durable store that counts its
-// write-ahead log's fsyncs.
-type walSyncer interface{ walSyncs() uint64 }
-
-func walSyncs(inst instance) uint64 {
-	if w, ok := inst.(walSyncer); ok {
-		return w.walSyncs()
+// WALBytesPerDecision returns the bytes written to the write-ahead log per
+// decision. Zero when the system has no log.
+func (r Result) WALBytesPerDecision() float64 {
+	n := r.Calls * uint64(r.PerCall)
+	if n == 0 {
+		return 0
 	}
-	return 0
+	return float64(r.WALBytes) / float64(n)
+}
+
+// walCounts are the write-ahead log's fsyncs and bytes written so far.
+type walCounts struct{ syncs, bytes uint64 }
+
+func (c walCounts) minus(d walCounts) walCounts {
+	return walCounts{syncs: c.syncs - d.syncs, bytes: c.bytes - d.bytes}
+}
+
+// walCounter is an instance with a durable store that counts its
+// write-ahead log's fsyncs and bytes.
+type walCounter interface{ walCounts() walCounts }
+
+func countWAL(inst instance) walCounts {
+	if w, ok := inst.(walCounter); ok {
+		return w.walCounts()
+	}
+	return walCounts{}
 }
 
 // instance is a running system under test with its callers' client.
@@ -214,9 +232,9 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 	// A counted measurement's counters start before its first call; a
 	// timed one's when its measured time starts.
 	var cpu0 time.Duration
-	var syncs0 uint64
+	var wal0 walCounts
 	if !timed {
-		cpu0, syncs0 = processCPU(), walSyncs(inst)
+		cpu0, wal0 = processCPU(), countWAL(inst)
 	}
 	start := time.Now()
 	for _, w := range callers {
@@ -249,7 +267,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		})
 	}
 	var measured, cpu time.Duration
-	var syncs uint64
+	var wal walCounts
 	if timed {
 		if !sleep(ctx, o.Warmup) {
 			phase.Store(phaseDone)
@@ -273,12 +291,12 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 				return Result{}, err
 			}
 		}
-		cpu0, syncs0 = processCPU(), walSyncs(inst)
+		cpu0, wal0 = processCPU(), countWAL(inst)
 		t0 := time.Now()
 		phase.Store(phaseMeasure)
 		sleep(ctx, o.Duration)
 		phase.Store(phaseDone)
-		measured, cpu, syncs = time.Since(t0), processCPU()-cpu0, walSyncs(inst)-syncs0
+		measured, cpu, wal = time.Since(t0), processCPU()-cpu0, countWAL(inst).minus(wal0)
 		if o.CPUProfile != nil {
 			pprof.StopCPUProfile()
 		}
@@ -288,7 +306,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		wg.Wait()
 	} else {
 		wg.Wait()
-		measured, cpu, syncs = time.Since(start), processCPU()-cpu0, walSyncs(inst)-syncs0
+		measured, cpu, wal = time.Since(start), processCPU()-cpu0, countWAL(inst).minus(wal0)
 	}
 	var h stats.Histogram
 	for _, w := range callers {
@@ -298,7 +316,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		Config: cfg.Name, PerCall: cfg.PerCall,
 		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
 		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: cpu,
-		WALSyncs: syncs,
+		WALSyncs: wal.syncs, WALBytes: wal.bytes,
 		FirstErr: firstErr,
 	}
 	return res, ctx.Err()

@@ -188,13 +188,13 @@ func callerIdentity(n int64) (source, principal string) {
 	return fmt.Sprintf("2001:db8:%x::1", n), "principal-" + strconv.FormatInt(n, 10)
 }
 
-// walSyncs returns the fsyncs of the store's write-ahead log so far (none
-// on memstore).
-func (s *sluiceSystem) walSyncs() uint64 {
+// walCounts returns the fsyncs of the store's write-ahead log so far, and
+// the bytes written to it (none on memstore).
+func (s *sluiceSystem) walCounts() walCounts {
 	if s.fs == nil {
-		return 0
+		return walCounts{}
 	}
-	return s.fs.walSyncs.Load()
+	return walCounts{syncs: s.fs.walSyncs.Load(), bytes: s.fs.walBytes.Load()}
 }
 
 func hit(key string) engine.Command {

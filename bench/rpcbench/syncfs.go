@@ -10,10 +10,11 @@ import (
 // syncCountingFS is the operating system's file system with a count of the
 // fsyncs of Pebble's write-ahead log files (*.log), whatever call made them
 // (Sync, SyncData, or a SyncTo that fsynced): how many commits share one
-// fsync is the measure of Pebble's group commit.
+// fsync is the measure of Pebble's group commit. It counts the bytes
+// written to those files too.
 type syncCountingFS struct {
 	vfs.FS
-	walSyncs atomic.Uint64
+	walSyncs, walBytes atomic.Uint64
 }
 
 func newSyncCountingFS() *syncCountingFS { return &syncCountingFS{FS: vfs.Default} }
@@ -22,7 +23,7 @@ func (fs *syncCountingFS) wrap(name string, f vfs.File, err error) (vfs.File, er
 	if err != nil || !strings.HasSuffix(name, ".log") {
 		return f, err
 	}
-	return &syncCountingFile{File: f, n: &fs.walSyncs}, nil
+	return &syncCountingFile{File: f, n: &fs.walSyncs, bytes: &fs.walBytes}, nil
 }
 
 func (fs *syncCountingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -42,7 +43,13 @@ func (fs *syncCountingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, op
 
 type syncCountingFile struct {
 	vfs.File
-	n *atomic.Uint64
+	n, bytes *atomic.Uint64
+}
+
+func (f *syncCountingFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	f.bytes.Add(uint64(n))
+	return n, err
 }
 
 func (f *syncCountingFile) Sync() error {
