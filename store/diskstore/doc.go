@@ -154,10 +154,11 @@
 //
 // The key layout is described in layout.go. A format version is written
 // when a store is created and checked when it is opened. A directory of
-// version 2 (before the journal) is opened as version 3 with an empty
-// journal; one of version 1 (before the index by minute) is migrated when
-// it is opened, in one pass over its records; a directory of another
+// version 2 (before the journal) is opened as version 4 with an empty
+// journal, and one of version 3 (before the journal's opSetRecord) as
+// version 4; one of version 1 (before the index by minute) is migrated
+// when it is opened, in one pass over its records; a directory of another
 // version, or a Pebble database that is not a store, is refused with an
-// error wrapping ErrFormat. A build that reads version 2 refuses a
-// directory of version 3.
+// error wrapping ErrFormat. A build that reads version 2 or 3 refuses a
+// directory of version 4.
 package diskstore
