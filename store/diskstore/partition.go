@@ -28,6 +28,9 @@ type partition struct {
 	// forgets; guarded by mu. A partition's later commits skip the
 	// filter's cache line.
 	filtered bool
+	// markedReplays is the last bucket the partition was marked in for
+	// its replay records (see replaymarks.go); guarded by mu.
+	markedReplays int64
 
 	// pins counts the callers using the partition; a pinned partition is
 	// never evicted. It is incremented under the shard's lock.
@@ -302,7 +305,8 @@ func (s *Store) scan(lower, upper []byte, fn func(key, v []byte) error) error {
 
 // fillPresence adds every partition with rows on disk to the presence
 // filter: every partition with records, and every partition with replay
-// records in a bucket that has not ended at now.
+// records in a bucket that has not ended at now, which it also marks in
+// those buckets (see replaymarks.go).
 func (s *Store) fillPresence(now int64) error {
 	var last []byte
 	add := func(p []byte) {
@@ -321,12 +325,18 @@ func (s *Store) fillPresence(now int64) error {
 	if err != nil {
 		return err
 	}
+	lastBucket := int64(noBucket)
 	return s.scanKeys(replayBound(lastEnded(now)+1), []byte{nsReplay + 1}, func(key []byte) error {
-		_, p, _, err := parseReplayKey(key)
-		if err == nil {
-			add(p)
+		b, p, _, err := parseReplayKey(key)
+		if err != nil {
+			return err
 		}
-		return err
+		if b != lastBucket || !bytes.Equal(p, last) {
+			add(p)
+			s.replayMarks.mark(b, maphash.Bytes(s.seed, p))
+			lastBucket = b
+		}
+		return nil
 	})
 }
 

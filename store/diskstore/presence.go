@@ -23,14 +23,17 @@ type presence struct {
 	words []atomic.Uint64 // page-aligned, as every large allocation is
 }
 
-func newPresence() *presence {
-	return &presence{words: make([]atomic.Uint64, presenceWords)}
+func newPresence() *presence { return newFilter(presenceBits) }
+
+// newFilter returns an empty filter of bits bits, a multiple of a block.
+func newFilter(bits int) *presence {
+	return &presence{words: make([]atomic.Uint64, bits/64)}
 }
 
 // positions returns the filter's four bit positions for hash h: the block
 // from its low 16 bits, the bits within it from the next 36.
-func positions(h uint64) [4]uint64 {
-	block := h % (presenceWords / blockWords) * (blockWords * 64)
+func (f *presence) positions(h uint64) [4]uint64 {
+	block := h % uint64(len(f.words)/blockWords) * (blockWords * 64)
 	var p [4]uint64
 	for i := range p {
 		p[i] = block + h>>(16+9*i)&511
@@ -39,7 +42,7 @@ func positions(h uint64) [4]uint64 {
 }
 
 func (f *presence) add(h uint64) {
-	for _, b := range positions(h) {
+	for _, b := range f.positions(h) {
 		w := &f.words[b/64]
 		if bit := uint64(1) << (b % 64); w.Load()&bit == 0 {
 			w.Or(bit)
@@ -48,12 +51,20 @@ func (f *presence) add(h uint64) {
 }
 
 func (f *presence) mayContain(h uint64) bool {
-	for _, b := range positions(h) {
+	for _, b := range f.positions(h) {
 		if f.words[b/64].Load()&(1<<(b%64)) == 0 {
 			return false
 		}
 	}
 	return true
+}
+
+// clear empties the filter. Additions and lookups meanwhile see some of
+// its bits cleared and others not.
+func (f *presence) clear() {
+	for i := range f.words {
+		f.words[i].Store(0)
+	}
 }
 
 // mark adds p, whose lock the caller holds, to the presence filter unless

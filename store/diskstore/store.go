@@ -38,6 +38,8 @@ type Store struct {
 	rounds   sync.Pool // *round
 	joints   sync.Pool // *jointStep
 	present  *presence
+	// replayMarks: the partitions that may have replay records, by bucket.
+	replayMarks *replayMarks
 	// syncq holds the rounds whose fsync the syncer waits for.
 	syncq chan *round
 	// durable tracks which commits an fsync has covered (see durability).
@@ -111,16 +113,17 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg:      cfg,
-		clock:    cfg.Clock,
-		log:      cfg.Logger,
-		always:   cfg.Sync == SyncAlways,
-		seed:     maphash.MakeSeed(),
-		perShard: max(1, cfg.MaxResident/shardCount),
-		done:     make(chan struct{}),
-		present:  newPresence(),
-		syncq:    make(chan *round, syncQueue),
-		ckptSoon: make(chan struct{}, 1),
+		cfg:         cfg,
+		clock:       cfg.Clock,
+		log:         cfg.Logger,
+		always:      cfg.Sync == SyncAlways,
+		seed:        maphash.MakeSeed(),
+		perShard:    max(1, cfg.MaxResident/shardCount),
+		done:        make(chan struct{}),
+		present:     newPresence(),
+		replayMarks: newReplayMarks(),
+		syncq:       make(chan *round, syncQueue),
+		ckptSoon:    make(chan struct{}, 1),
 	}
 	s.replaysCleared.Store(math.MinInt64)
 	if s.clock == nil {
@@ -342,7 +345,9 @@ func (s *Store) encode(w *worker, ops []byte, p *partition, writes []engine.Writ
 		wr := &writes[i]
 		w.val = appendValue(w.val[:0], &wr.Rec)
 		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
-			w.rk = appendReplayKey(w.rk[:0], bucketOf(wr.Rec.ExpireAt), p.name, wr.Key)
+			b := bucketOf(wr.Rec.ExpireAt)
+			s.markReplay(p, b)
+			w.rk = appendReplayKey(w.rk[:0], b, p.name, wr.Key)
 			ops = appendSetOp(ops, w.rk, w.val)
 			continue
 		}
