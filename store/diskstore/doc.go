@@ -112,12 +112,16 @@
 // disk only when a step is retried); past it the least recently used idle
 // partition is evicted, and a partition idle for Config.IdleTimeout is
 // evicted by the background loop. An evicted partition is reloaded on its
-// next batch with one prefix scan of its records and one seek per minute
-// of its replay records' lifetime. A fixed 4 MiB Bloom filter of the
-// partitions that have rows on disk lets a partition never written skip
-// those reads. A partition written since the last checkpoint also holds
-// the journal ops of its commits since then (up to 64 MiB across the
-// store), and evicting it writes its rows first. A checkpoint keeps the
+// next batch with one prefix scan of its records and one seek in each
+// minute that may hold some of its replay records. A fixed 4 MiB Bloom
+// filter of the partitions that have rows on disk lets a partition never
+// written skip those reads; eight more, of 512 KiB each, one per minute,
+// of the partitions that may have replay records expiring in it, let a
+// partition that has none (not written with an operation id in the last
+// engine.ReplayTTL) skip the seeks (see replaymarks.go). A partition
+// written since the last checkpoint also holds the journal ops of its
+// commits since then (up to 64 MiB across the store), and evicting it
+// writes its rows first. A checkpoint keeps the
 // buffers of what it wrote while the load that filled them lasts (past
 // 4 MiB they are let go once a checkpoint needs less than half of them),
 // and the store keeps at most 4 MiB of the ops buffers of partitions a
