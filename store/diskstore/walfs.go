@@ -64,6 +64,7 @@ type walFS struct {
 	max         int64 // the largest spare: Pebble's preallocation for a log
 	log         *slog.Logger
 	logBytes    atomic.Int64 // written to the current log file
+	adopted     sync.Once
 
 	mu      sync.Mutex
 	idle    sync.Cond // signalled when a spare's writing ends
@@ -75,7 +76,7 @@ type walFS struct {
 }
 
 // newWALFS wraps fs for a store in dir whose memtables hold memTable
-// bytes. It deletes a spare left half written and adopts a complete one.
+// bytes.
 func newWALFS(fs vfs.FS, dir string, memTable int64, log *slog.Logger) *walFS {
 	w := &walFS{
 		FS:    fs,
@@ -86,11 +87,20 @@ func newWALFS(fs vfs.FS, dir string, memTable int64, log *slog.Logger) *walFS {
 		log: log,
 	}
 	w.idle.L = &w.mu
-	_ = fs.Remove(w.temp)
-	if fi, err := fs.Stat(w.spare); err == nil && fi.Size() > 0 {
-		w.ready, w.want = fi.Size(), fi.Size()
-	}
 	return w
+}
+
+// adopt deletes a spare left half written and adopts a complete one. It
+// runs when Pebble opens its first log file, when it holds the
+// directory's lock: a second store failing to open the directory touches
+// nothing of the first's.
+func (w *walFS) adopt() {
+	_ = w.FS.Remove(w.temp)
+	if fi, err := w.FS.Stat(w.spare); err == nil && fi.Size() > 0 {
+		w.mu.Lock()
+		w.ready, w.want = fi.Size(), fi.Size()
+		w.mu.Unlock()
+	}
 }
 
 // isLog reports whether name is one of Pebble's write-ahead log files.
@@ -130,6 +140,7 @@ func (w *walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCat
 // the spare for the next one is sized on the log just finished, and
 // written.
 func (w *walFS) useSpare(name string, category vfs.DiskWriteCategory, replaced string, replacedSize int64) vfs.File {
+	w.adopted.Do(w.adopt)
 	finished := w.logBytes.Swap(0)
 	w.mu.Lock()
 	if finished > 0 {

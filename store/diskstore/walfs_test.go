@@ -256,3 +256,25 @@ func BenchmarkSyncedWrite(b *testing.B) {
 		})
 	}
 }
+
+// TestSecondOpenLeavesTheSpareAlone checks that a store failing to open a
+// directory another store holds touches nothing of the first's spare,
+// even one being written.
+func TestSecondOpenLeavesTheSpareAlone(t *testing.T) {
+	cfg := smallMemtables(nil)
+	cfg.Dir = t.TempDir()
+	openTest(t, cfg)
+	temp := vfs.Default.PathJoin(cfg.Dir, spareTemp)
+	f, err := vfs.Default.Create(temp, "test") // as if the first were writing a spare
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if second, err := Open(cfg); err == nil {
+		_ = second.Close()
+		t.Fatal("a second store opened the directory in use")
+	}
+	if _, err := vfs.Default.Stat(temp); err != nil {
+		t.Errorf("the first store's spare in progress is gone after a second store failed to open: %v", err)
+	}
+}
