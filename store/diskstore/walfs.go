@@ -198,17 +198,29 @@ func (w *walFS) write(size int64) {
 	}
 }
 
-func (w *walFS) writeSpare(size int64) (err error) {
+// writeSpare writes size bytes of zeros to the spare's temporary file,
+// fsyncs it and renames it the spare; on failure it deletes the file.
+func (w *walFS) writeSpare(size int64) error {
 	f, err := w.FS.Create(w.temp, "sluice-wal-spare")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = w.FS.Remove(w.temp)
-		}
-	}()
+	err = w.fill(f, size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = w.FS.Rename(w.temp, w.spare)
+	}
+	if err != nil {
+		_ = w.FS.Remove(w.temp)
+	}
+	return err
+}
+
+// fill writes size bytes of zeros to f and fsyncs them, stopping early if
+// the store closes.
+func (w *walFS) fill(f vfs.File, size int64) error {
 	zeros := make([]byte, spareChunk)
 	for off := int64(0); off < size; off += spareChunk {
 		if w.isClosed() {
@@ -223,14 +235,7 @@ func (w *walFS) writeSpare(size int64) (err error) {
 			}
 		}
 	}
-	if err := f.SyncData(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		_ = w.FS.Remove(w.temp)
-		return err
-	}
-	return w.FS.Rename(w.temp, w.spare)
+	return f.SyncData()
 }
 
 func (w *walFS) isClosed() bool {
