@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -290,8 +291,12 @@ func (s *Store) checkpoint(now int64) error {
 			return s.failIn("checkpoint", err)
 		}
 	}
-	pb := s.db.NewBatch()
-	defer func() { _ = pb.Close() }()
+	pb := ck.takeBatch(s.db)
+	defer func() {
+		if pb != nil {
+			_ = pb.Close()
+		}
+	}()
 	ck.write(pb)
 	_ = pb.DeleteRange([]byte{nsJournal}, appendJournalKey(nil, last+1), nil)
 	if err := s.failure(); err != nil {
@@ -305,7 +310,10 @@ func (s *Store) checkpoint(now int64) error {
 	}
 	s.ckptTo = last
 	s.pendBytes.Add(-taken)
-	if !keepCkptBuf(cap(ck.buf), len(ck.buf)) {
+	if keepCkptBuf(cap(ck.buf), len(ck.buf)) {
+		pb.Reset()
+		ck.batch, pb = pb, nil
+	} else {
 		*ck = ckptBuf{}
 	}
 	keep, freed := parts[:0], ck.freed[:0]
@@ -404,6 +412,12 @@ type ckptBuf struct {
 	// freed holds the buffers of journal ops a checkpoint takes back from
 	// partitions it leaves clean, on their way to the spare buffers.
 	freed [][]byte
+	// batch is the Pebble batch of the last checkpoint, emptied. A new
+	// batch each time grew by doubling to the size of buf, every doubling
+	// a fresh allocation to fault in and copy into: in a profile of the
+	// server at 32 decisions per call, checkpoints took 7.2 % of the
+	// process's CPU with a new batch each, 4.6 % reusing one.
+	batch *pebble.Batch
 	// scratch holds a record's value on its way into buf; prefix, the
 	// partition prefix of the partition whose ops are read; rk, the key
 	// of an opSetRecord's row.
@@ -416,6 +430,21 @@ func (ck *ckptBuf) add(key, value []byte, del bool) {
 	v := len(ck.buf)
 	ck.buf = append(ck.buf, value...)
 	ck.rows = append(ck.rows, ckptRow{k: k, v: v, end: len(ck.buf), del: del})
+}
+
+// takeBatch returns the batch to write ck's rows in: the last
+// checkpoint's, kept while ck.buf is (see keepCkptBuf), or a new one of
+// the size the rows need.
+func (ck *ckptBuf) takeBatch(db *pebble.DB) *pebble.Batch {
+	if pb := ck.batch; pb != nil {
+		ck.batch = nil
+		return pb
+	}
+	// A row costs its kind, two lengths and its sequence in the batch's
+	// encoding; the range deletion and the header, a few dozen bytes.
+	size := len(ck.buf) + len(ck.rows)*(1+2*binary.MaxVarintLen32) + 64
+	// Kept or let go by the checkpoint, not by Pebble's own bound.
+	return db.NewBatchWithSize(size, pebble.WithMaxRetainedSizeBytes(math.MaxInt))
 }
 
 // write adds ck's rows to pb in key order, which Pebble inserts into its

@@ -572,3 +572,32 @@ func TestJournalNamesAPartitionOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointReusesItsBatch checks that a checkpoint keeps its Pebble
+// batch, emptied, for the next, whose rows it then writes correctly.
+func TestCheckpointReusesItsBatch(t *testing.T) {
+	s := openCheckpointed(t)
+	apply(t, s, "p", engine.Incr("n", 5, 3_600_000))
+	checkpoint(t, s)
+	kept := s.ckpt.batch
+	if kept == nil || !kept.Empty() {
+		t.Fatalf("after a checkpoint the store holds batch %v, want an empty one", kept)
+	}
+	apply(t, s, "p", engine.Incr("n", 2, 3_600_000))
+	apply(t, s, "q", engine.Incr("n", 1, 3_600_000))
+	checkpoint(t, s)
+	if s.ckpt.batch != kept {
+		t.Error("the second checkpoint did not reuse the first's batch")
+	}
+	for partition, want := range map[string]string{"p": "7", "q": "1"} {
+		v, closer, err := s.db.Get(appendRecordKey(nil, partition, "n"))
+		if err != nil {
+			t.Fatalf("%s: %v", partition, err)
+		}
+		rec, err := decodeValue(v)
+		if err != nil || string(rec.Data) != want {
+			t.Errorf("%s's row after the second checkpoint: %q (%v), want %q", partition, rec.Data, err, want)
+		}
+		_ = closer.Close()
+	}
+}

@@ -535,6 +535,10 @@ func (s *Store) Close() error {
 				err = s.logSync()
 			}
 		}
+		if s.ckpt.batch != nil {
+			_ = s.ckpt.batch.Close()
+			s.ckpt.batch = nil
+		}
 		err = errors.Join(err, s.db.Close())
 		s.wal.close()
 		s.gate.Unlock()
