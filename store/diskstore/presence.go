@@ -31,7 +31,8 @@ func newFilter(bits int) *presence {
 }
 
 // positions returns the filter's four bit positions for hash h: the block
-// from its low 16 bits, the bits within it from the next 36.
+// from h modulo the number of blocks (its low 16 bits in the presence
+// filter), the bits within it from h's bits 16 to 51.
 func (f *presence) positions(h uint64) [4]uint64 {
 	block := h % uint64(len(f.words)/blockWords) * (blockWords * 64)
 	var p [4]uint64
