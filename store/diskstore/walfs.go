@@ -90,16 +90,22 @@ func newWALFS(fs vfs.FS, dir string, memTable int64, log *slog.Logger) *walFS {
 	return w
 }
 
-// adopt deletes a spare left half written and adopts a complete one. It
-// runs when Pebble opens its first log file, when it holds the
-// directory's lock: a second store failing to open the directory touches
-// nothing of the first's.
+// adopt deletes a spare left half written and adopts a complete one, or
+// deletes it if it is larger than this store's spares may be (written
+// with larger memtables). It runs when Pebble opens its first log file,
+// when it holds the directory's lock: a second store failing to open the
+// directory touches nothing of the first's.
 func (w *walFS) adopt() {
 	_ = w.FS.Remove(w.temp)
-	if fi, err := w.FS.Stat(w.spare); err == nil && fi.Size() > 0 {
+	fi, err := w.FS.Stat(w.spare)
+	switch {
+	case err != nil:
+	case fi.Size() > 0 && fi.Size() <= w.max:
 		w.mu.Lock()
 		w.ready, w.want = fi.Size(), fi.Size()
 		w.mu.Unlock()
+	default:
+		_ = w.FS.Remove(w.spare)
 	}
 }
 

@@ -278,3 +278,29 @@ func TestSecondOpenLeavesTheSpareAlone(t *testing.T) {
 		t.Errorf("the first store's spare in progress is gone after a second store failed to open: %v", err)
 	}
 }
+
+// TestOversizedSpareIsDeleted checks that a spare larger than the store's
+// spares may be (left by a store with larger memtables) is deleted at
+// Open rather than used.
+func TestOversizedSpareIsDeleted(t *testing.T) {
+	fs := newLogFS(vfs.NewMem())
+	cfg := smallMemtables(fs)
+	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Create(fs.PathJoin(cfg.Dir, spareName), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 2*cfg.MemTableBytes)); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	openTest(t, cfg)
+	if _, err := fs.Stat(fs.PathJoin(cfg.Dir, spareName)); err == nil {
+		t.Error("a spare of twice the memtable size is still there after Open")
+	}
+	if logs, extended := fs.state(); len(logs) != 1 || !extended[logs[0]] {
+		t.Errorf("the first log file (%v) was not made new: extended %v", logs, extended)
+	}
+}
