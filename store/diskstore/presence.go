@@ -8,9 +8,8 @@ import "sync/atomic"
 // four; false positives stay near 1 in 4,600 for a million partitions
 // (against 1 in 6,300 with the bits spread over the whole filter).
 const (
-	presenceBits  = 1 << 25
-	blockWords    = 8 // 512 bits: one cache line
-	presenceWords = presenceBits / 64
+	presenceBits = 1 << 25
+	blockWords   = 8 // 512 bits: one cache line
 )
 
 // presence is a Bloom filter of the partitions that may have rows on disk.

@@ -107,53 +107,38 @@ func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
 
 // loadReplays reads the keys of p's replay records from the buckets that
 // have not ended at now and may hold some (see replaymarks.go), with one
-// seek in each; it opens no iterator for a partition marked in none.
+// seek in each; it opens no iterator for a partition marked in none. Once
+// the marks are spoilt it seeks in every bucket that has not ended, in
+// order, skipping from each bucket's rows of p to the next bucket's.
 func (s *Store) loadReplays(p *partition, now int64) error {
 	ended := lastEnded(now)
 	var buf [replaySlots]int64
 	buckets, all := s.replayMarks.candidates(buf[:0], p.hash, ended)
-	if all {
-		return s.loadAllReplays(p, ended)
-	}
-	if len(buckets) == 0 {
+	b := ended + 1
+	switch {
+	case !all && len(buckets) == 0:
 		return nil
+	case !all:
+		b = buckets[0]
 	}
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(buckets[0]), UpperBound: []byte{nsReplay + 1}})
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(b), UpperBound: []byte{nsReplay + 1}})
 	if err != nil {
 		return unavailable(err)
 	}
 	var replays replaySet
 	var seek []byte
-	for _, b := range buckets {
-		seek = appendReplayPrefix(seek[:0], b, p.name)
-		for ok := iter.SeekGE(seek); ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
-			replays.add(maphash.Bytes(s.seed, iter.Key()[len(seek):]), b)
-		}
-	}
-	if err := iter.Close(); err != nil {
-		return unavailable(err)
-	}
-	if len(replays.buckets) > 0 {
-		p.replays = &replays
-	}
-	return nil
-}
-
-// loadAllReplays reads the keys of p's replay records from every bucket
-// after ended, in bucket order, skipping from each bucket's rows of p to
-// the next bucket's: what loadReplays does once the marks are spoilt.
-func (s *Store) loadAllReplays(p *partition, ended int64) error {
-	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: replayBound(ended + 1), UpperBound: []byte{nsReplay + 1}})
-	if err != nil {
-		return unavailable(err)
-	}
-	var replays replaySet
-	var seek []byte
-	for b := ended + 1; ; {
+	for i := 0; ; {
 		seek = appendReplayPrefix(seek[:0], b, p.name)
 		ok := iter.SeekGE(seek)
 		for ; ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
 			replays.add(maphash.Bytes(s.seed, iter.Key()[len(seek):]), b)
+		}
+		if !all {
+			if i++; i == len(buckets) {
+				break
+			}
+			b = buckets[i]
+			continue
 		}
 		if !ok {
 			break

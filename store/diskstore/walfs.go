@@ -254,14 +254,12 @@ func (w *walFS) isClosed() bool {
 // it abandons.
 func (w *walFS) close() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.closed = true
-	for w.writing {
-		w.idle.Wait()
-	}
+	w.mu.Unlock()
+	w.waitIdle()
 }
 
-// waitIdle waits until no spare is being written (for tests).
+// waitIdle waits until no spare is being written.
 func (w *walFS) waitIdle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
