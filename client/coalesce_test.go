@@ -30,14 +30,17 @@ import (
 // inProcess is a client transport that serves each request with a real
 // Sluice server in the same goroutine, so that a synctest bubble sees every
 // goroutine involved. It holds the first RPC until gate is closed, counts
-// the requests of each endpoint, and can play a server without envelopes.
+// the requests of each endpoint and the most requests one envelope held,
+// and can play a server without envelopes.
 type inProcess struct {
-	srv         http.Handler
-	gate        chan struct{}
-	held        atomic.Bool
-	rpcs, envs  atomic.Int64
-	noEnvelopes bool          // answer envelopes 404 and ping without the feature
-	roundTrip   time.Duration // how long each request takes, on the bubble's clock
+	srv           http.Handler
+	gate          chan struct{}
+	held          atomic.Bool
+	rpcs, envs    atomic.Int64
+	fullest       atomic.Int64  // the most requests one envelope held
+	holdEnvelopes bool          // envelopes wait for gate too
+	noEnvelopes   bool          // answer envelopes 404 and ping without the feature
+	roundTrip     time.Duration // how long each request takes, on the bubble's clock
 }
 
 func newInProcess(t *testing.T) *inProcess {
@@ -65,6 +68,22 @@ func (p *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	case wire.PathRPCs:
 		p.envs.Add(1)
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if reqs, err := wire.DecodeEnvelope(body, nil); err == nil {
+			for n := int64(len(reqs)); ; {
+				f := p.fullest.Load()
+				if n <= f || p.fullest.CompareAndSwap(f, n) {
+					break
+				}
+			}
+		}
+		if p.holdEnvelopes {
+			<-p.gate
+		}
 		if p.noEnvelopes {
 			rec.WriteHeader(http.StatusNotFound)
 			_, _ = io.WriteString(rec, `{"type":"about:blank","title":"Not Found","status":404,"code":"not_found","reason":"no such endpoint"}`)
@@ -136,13 +155,16 @@ func checkShared(t *testing.T, results []engine.StepResult, errs []error, limit 
 	}
 }
 
-// TestCoalescedCallersShareALimit holds the one RPC in flight until 255
-// more callers wait, then lets it go: they are sent in envelopes of at
-// most wire.MaxEnvelope, exactly the limit is admitted, and every caller
-// gets an answer of its own.
+// TestCoalescedCallersShareALimit holds every RPC and envelope in flight
+// while 256 callers call: one RPC goes alone, and the calls waiting, many
+// enough to fill envelopes, take the 3 more places a client of Coalesce 1
+// has for them and wait there. Once let go, every call is sent in
+// envelopes of at most wire.MaxEnvelope, exactly the limit is admitted,
+// and every caller gets an answer of its own.
 func TestCoalescedCallersShareALimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newInProcess(t)
+		p.holdEnvelopes = true
 		c := p.client(t)
 		const callers, limit = 256, 100
 		var results []engine.StepResult
@@ -152,16 +174,17 @@ func TestCoalescedCallersShareALimit(t *testing.T) {
 			results, errs = hitAll(t.Context(), c, callers, limit)
 			close(done)
 		}()
-		synctest.Wait() // one RPC held, every other caller queued
-		if p.rpcs.Load() != 1 || p.envs.Load() != 0 {
-			t.Fatalf("while one RPC is held: %d RPCs and %d envelopes sent, want 1 and 0", p.rpcs.Load(), p.envs.Load())
+		synctest.Wait() // every place taken, every other caller queued
+		if p.rpcs.Load() != 1 || p.envs.Load() != 3 {
+			t.Fatalf("while every place is held: %d RPCs and %d envelopes sent, want 1 and 3", p.rpcs.Load(), p.envs.Load())
 		}
 		close(p.gate)
 		<-done
 		checkShared(t, results, errs, limit)
 		envelopes := (callers - 1 + wire.MaxEnvelope - 1) / wire.MaxEnvelope
-		if p.rpcs.Load() != 1 || p.envs.Load() != int64(envelopes) {
-			t.Errorf("%d RPCs and %d envelopes for %d calls, want 1 and %d", p.rpcs.Load(), p.envs.Load(), callers, envelopes)
+		if p.rpcs.Load() != 1 || p.envs.Load() < int64(envelopes) || p.fullest.Load() != wire.MaxEnvelope {
+			t.Errorf("%d RPCs and %d envelopes for %d calls, the fullest of %d; want 1, at least %d, and %d",
+				p.rpcs.Load(), p.envs.Load(), callers, p.fullest.Load(), envelopes, wire.MaxEnvelope)
 		}
 	})
 }
@@ -349,30 +372,35 @@ func TestCoalescingOverLoopback(t *testing.T) {
 	t.Logf("%d RPCs and %d envelopes for %d calls", h.rpcs.Load(), envelopes.Load(), 3*callers)
 }
 
-// TestCoalescingSplitsAtTheBodyBound queues calls of some 10 KiB each: no
-// envelope is built over wire.MaxEnvelopeBody (the server would refuse
-// it), so 10 of them travel in 3 envelopes of 4, 4 and 2.
+// tenKiB returns a request of some 10 KiB: five sets of 2,000 bytes.
+func tenKiB(i int) *engine.Request {
+	value := strings.Repeat("v", 2000)
+	var cmds []engine.Command
+	for j := range 5 {
+		cmds = append(cmds, engine.Set(strconv.Itoa(i*5+j), value, 60_000))
+	}
+	return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: cmds}}}
+}
+
+// TestCoalescingSplitsAtTheBodyBound holds every RPC and envelope in
+// flight while 20 calls of some 10 KiB each are made: once every place is
+// taken, the calls left queue, and no envelope is built over
+// wire.MaxEnvelopeBody (the server would refuse it): the fullest holds 4.
 func TestCoalescingSplitsAtTheBodyBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newInProcess(t)
+		p.holdEnvelopes = true
 		c := p.client(t)
 		eng := engine.New(c)
-		value := strings.Repeat("v", 2000)
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			_, _ = eng.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}})
 		})
 		synctest.Wait()
-		const callers = 10
+		const callers = 20
 		errs := make([]error, callers)
 		for i := range callers {
-			wg.Go(func() {
-				var cmds []engine.Command
-				for j := range 5 {
-					cmds = append(cmds, engine.Set(strconv.Itoa(i*5+j), value, 60_000))
-				}
-				_, errs[i] = eng.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: cmds}}})
-			})
+			wg.Go(func() { _, errs[i] = eng.Do(t.Context(), tenKiB(i)) })
 		}
 		synctest.Wait()
 		close(p.gate)
@@ -382,9 +410,53 @@ func TestCoalescingSplitsAtTheBodyBound(t *testing.T) {
 				t.Fatalf("caller %d: %v", i, err)
 			}
 		}
-		if p.envs.Load() != 3 {
-			t.Errorf("%d envelopes for %d calls of 10 KiB, want 3 (4, 4 and 2 within %d bytes)", p.envs.Load(), callers, wire.MaxEnvelopeBody)
+		if got := p.fullest.Load(); got != 4 {
+			t.Errorf("the fullest envelope of calls of 10 KiB held %d, want 4 (within %d bytes)", got, wire.MaxEnvelopeBody)
 		}
+	})
+}
+
+// TestHeavyCallsGoWithoutWaiting holds the one RPC a client has in flight:
+// calls of one hit queue behind it, however many, while calls of some 10
+// KiB go as soon as those waiting fill half an envelope, in RPCs of their
+// own, up to 4 in flight.
+func TestHeavyCallsGoWithoutWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		p.holdEnvelopes = true
+		c := p.client(t) // Coalesce 1
+		eng := engine.New(c)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _ = eng.Do(t.Context(), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{engine.Get("k")}}}})
+		})
+		synctest.Wait()
+		for range 40 {
+			wg.Go(func() {
+				var res engine.StepResult
+				if err := c.Apply(t.Context(), limitedHit(algo.MaxLimit), &res); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		if n := p.envs.Load(); n != 0 {
+			t.Fatalf("%d envelopes of one-hit calls sent while the one place was taken, want none", n)
+		}
+		const heavy = 20
+		for i := range heavy {
+			wg.Go(func() {
+				if _, err := eng.Do(t.Context(), tenKiB(i)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait()
+		if n := p.envs.Load(); n != 3 {
+			t.Errorf("%d envelopes sent while the one place was taken and heavy calls queued, want 3 (4 in flight in all)", n)
+		}
+		close(p.gate)
+		wg.Wait()
 	})
 }
 

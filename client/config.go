@@ -48,10 +48,12 @@ const (
 // Coalescing of concurrent calls (see Config.Coalesce).
 const (
 	// DefaultCoalesce is the default number of RPCs a client has in
-	// flight before it coalesces calls: on a 2-core machine over loopback
-	// it gave the most decisions per second to 64 concurrent callers
-	// (docs/decisions/0051-rpc-envelopes.md).
-	DefaultCoalesce = 4
+	// flight before it coalesces calls. On a 2-core machine over loopback,
+	// 64 concurrent callers of one decision each made more decisions per
+	// second with 2 than with 4, their envelopes sharing each fsync among
+	// more calls; heavier calls get more RPCs in flight on their own (see
+	// Config.Coalesce, and docs/decisions/0083-coalescing-by-weight.md).
+	DefaultCoalesce = 2
 	// MaxCoalesce is the largest accepted Config.Coalesce.
 	MaxCoalesce = 1024
 	// CoalesceOff sends every call at once as an RPC of its own.
@@ -124,9 +126,12 @@ type Config struct {
 	// alone; a call made while Coalesce are waits, and the next RPC to
 	// finish sends the calls waiting then, up to wire.MaxEnvelope, as one
 	// envelope (POST /v1/rpcs), the server answering each as if it had
-	// come alone. No timer is involved: an idle client adds no delay, and
-	// a busy one spends less CPU per call on both sides. Timeout bounds a
-	// call's wait and its envelope together. Zero means
+	// come alone. Calls waiting that already fill half an envelope's body
+	// (wire.MaxEnvelopeBody) do not wait for an RPC to finish: they go at
+	// once, as one more envelope, up to 4 × Coalesce RPCs in flight. No
+	// timer is involved: an idle client adds no delay, and a busy one
+	// spends less CPU per call on both sides. Timeout bounds a call's wait
+	// and its envelope together. Zero means
 	// DefaultCoalesce; CoalesceOff sends every call at once, alone. A
 	// server without envelopes (older than the feature) is detected by
 	// its 404 or by Ping, and every call is then sent alone.

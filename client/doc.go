@@ -39,7 +39,7 @@ A [Config] comes from a struct ([DefaultConfig]) or from the environment
 	                   http, "1.1" for HTTP/1.1 everywhere; unset: HTTP/1.1
 	                   on plain http, HTTP/2 over https where offered
 	SLUICE_COALESCE    the RPCs in flight before concurrent calls are
-	                   coalesced into envelopes (default 4), or "off"
+	                   coalesced into envelopes (default 2), or "off"
 
 The default HTTP version is the cheaper one for each: on plain http
 (loopback), HTTP/1.1 over pooled keep-alive connections costs less CPU per
@@ -60,7 +60,11 @@ batching and without any timer. While fewer than [Config.Coalesce] RPCs
 (default [DefaultCoalesce]) are in flight, a call is sent at once, on its
 own. A call made while that many are in flight waits; the next RPC to
 finish takes every call waiting then — up to 32, within the envelope's
-48 KiB — and sends them as one envelope (POST /v1/rpcs). The server runs
+48 KiB — and sends them as one envelope (POST /v1/rpcs). Calls heavy enough
+to fill half an envelope while they wait (some 7 calls of 32 commands) go
+at once as one more envelope, up to 4 × Config.Coalesce in flight: their
+decisions already share the envelope's cost, and waiting would only leave
+the server idle. The server runs
 each request of an envelope exactly as if it had come alone — its own
 operation id, family, identities, admission — and answers each on its own,
 so every caller gets its own result or error, as it would have alone. An

@@ -70,9 +70,11 @@ type Result struct {
 	// callers — used during the measured time; zero where not measured.
 	CPU time.Duration
 	// WALSyncs counts the durable store's write-ahead log fsyncs during the
-	// measured time, and WALBytes the bytes written to the log; zero for
-	// systems without one.
+	// measured time, WALBytes the bytes written to the log, and WALSyncTime
+	// the time spent in those fsyncs (wall time, the wait for a processor
+	// after each included); zero for systems without one.
 	WALSyncs, WALBytes uint64
+	WALSyncTime        time.Duration
 	// FirstErr is the first error met, if any.
 	FirstErr error
 }
@@ -118,6 +120,24 @@ func (r Result) CallsPerWALSync() float64 {
 	return float64(r.Calls) / float64(r.WALSyncs)
 }
 
+// WALSyncMean returns the mean time of one write-ahead log fsync. Zero when
+// the system made no fsync.
+func (r Result) WALSyncMean() time.Duration {
+	if r.WALSyncs == 0 {
+		return 0
+	}
+	return r.WALSyncTime / time.Duration(r.WALSyncs)
+}
+
+// WALSyncBusy returns the share of the measured time the log spent in
+// fsyncs: near 1, commits wait for the log's fsyncs one after another.
+func (r Result) WALSyncBusy() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return r.WALSyncTime.Seconds() / r.Elapsed.Seconds()
+}
+
 // WALBytesPerDecision returns the bytes written to the write-ahead log per
 // decision. Zero when the system has no log.
 func (r Result) WALBytesPerDecision() float64 {
@@ -128,11 +148,12 @@ func (r Result) WALBytesPerDecision() float64 {
 	return float64(r.WALBytes) / float64(n)
 }
 
-// walCounts are the write-ahead log's fsyncs and bytes written so far.
-type walCounts struct{ syncs, bytes uint64 }
+// walCounts are the write-ahead log's fsyncs, the time spent in them and
+// the bytes written so far.
+type walCounts struct{ syncs, bytes, syncNanos uint64 }
 
 func (c walCounts) minus(d walCounts) walCounts {
-	return walCounts{syncs: c.syncs - d.syncs, bytes: c.bytes - d.bytes}
+	return walCounts{syncs: c.syncs - d.syncs, bytes: c.bytes - d.bytes, syncNanos: c.syncNanos - d.syncNanos}
 }
 
 // walCounter is an instance with a durable store that counts its
@@ -316,7 +337,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		Config: cfg.Name, PerCall: cfg.PerCall,
 		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
 		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: cpu,
-		WALSyncs: wal.syncs, WALBytes: wal.bytes,
+		WALSyncs: wal.syncs, WALBytes: wal.bytes, WALSyncTime: time.Duration(wal.syncNanos),
 		FirstErr: firstErr,
 	}
 	return res, ctx.Err()

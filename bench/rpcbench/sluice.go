@@ -194,7 +194,7 @@ func (s *sluiceSystem) walCounts() walCounts {
 	if s.fs == nil {
 		return walCounts{}
 	}
-	return walCounts{syncs: s.fs.walSyncs.Load(), bytes: s.fs.walBytes.Load()}
+	return walCounts{syncs: s.fs.walSyncs.Load(), bytes: s.fs.walBytes.Load(), syncNanos: s.fs.walSyncNanos.Load()}
 }
 
 func hit(key string) engine.Command {

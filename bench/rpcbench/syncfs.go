@@ -3,6 +3,7 @@ package rpcbench
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -11,10 +12,12 @@ import (
 // fsyncs of Pebble's write-ahead log files (*.log), whatever call made them
 // (Sync, SyncData, or a SyncTo that fsynced): how many commits share one
 // fsync is the measure of Pebble's group commit. It counts the bytes
-// written to those files too.
+// written to those files too, and the time spent in their fsyncs: wall
+// time, from the call to its return, so it holds the wait for a processor
+// after the system call as well as the call itself.
 type syncCountingFS struct {
 	vfs.FS
-	walSyncs, walBytes atomic.Uint64
+	walSyncs, walBytes, walSyncNanos atomic.Uint64
 }
 
 func newSyncCountingFS() *syncCountingFS { return &syncCountingFS{FS: vfs.Default} }
@@ -23,7 +26,7 @@ func (fs *syncCountingFS) wrap(name string, f vfs.File, err error) (vfs.File, er
 	if err != nil || !strings.HasSuffix(name, ".log") {
 		return f, err
 	}
-	return &syncCountingFile{File: f, n: &fs.walSyncs, bytes: &fs.walBytes}, nil
+	return &syncCountingFile{File: f, fs: fs}, nil
 }
 
 func (fs *syncCountingFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -43,29 +46,36 @@ func (fs *syncCountingFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, op
 
 type syncCountingFile struct {
 	vfs.File
-	n, bytes *atomic.Uint64
+	fs *syncCountingFS
 }
 
 func (f *syncCountingFile) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
-	f.bytes.Add(uint64(n))
+	f.fs.walBytes.Add(uint64(n))
 	return n, err
 }
 
+// timed runs the fsync sync and counts it if it fsynced.
+func (f *syncCountingFile) timed(sync func() (bool, error)) (bool, error) {
+	t0 := time.Now()
+	synced, err := sync()
+	if synced {
+		f.fs.walSyncs.Add(1)
+		f.fs.walSyncNanos.Add(uint64(time.Since(t0)))
+	}
+	return synced, err
+}
+
 func (f *syncCountingFile) Sync() error {
-	f.n.Add(1)
-	return f.File.Sync()
+	_, err := f.timed(func() (bool, error) { return true, f.File.Sync() })
+	return err
 }
 
 func (f *syncCountingFile) SyncData() error {
-	f.n.Add(1)
-	return f.File.SyncData()
+	_, err := f.timed(func() (bool, error) { return true, f.File.SyncData() })
+	return err
 }
 
 func (f *syncCountingFile) SyncTo(length int64) (bool, error) {
-	full, err := f.File.SyncTo(length)
-	if full {
-		f.n.Add(1)
-	}
-	return full, err
+	return f.timed(func() (bool, error) { return f.File.SyncTo(length) })
 }

@@ -4,7 +4,10 @@
 // is sent at once, alone; a call made while every place is taken waits in
 // the queue, and the next sender to finish takes the queue's oldest calls
 // as one batch. An idle caller waits for nothing; a busy one sends fewer,
-// larger batches, as many as a round trip lets accumulate.
+// larger batches, as many as a round trip lets accumulate. Optionally a
+// queue that already makes a large enough batch is sent at once, from a
+// place of its own beyond the limit (Config.Ready): waiting for a place
+// would only delay it.
 //
 // The Sluice client fills envelopes of RPCs this way, and the Redis store
 // pipelines of batches. A Queue holds only the bookkeeping: what a call
@@ -27,10 +30,12 @@ type Item interface {
 // Queue is the bookkeeping of natural batching for calls of type T. It is
 // safe for concurrent use.
 type Queue[T Item] struct {
-	limit int
-	max   int
-	fits  func(batch []T, next T) bool
-	yield bool
+	limit     int
+	max       int
+	fits      func(batch []T, next T) bool
+	ready     func(queued []T) bool
+	maxPlaces int
+	yield     bool
 
 	mu       sync.Mutex
 	inFlight int // places taken: sends in flight, or a sender draining the queue
@@ -46,6 +51,19 @@ type Config[T Item] struct {
 	// Fits, if not nil, bounds a batch further: it reports whether next
 	// may join the calls already in batch (never empty).
 	Fits func(batch []T, next T) bool
+	// Ready, if not nil, reports whether the calls waiting (oldest first,
+	// never empty, abandoned ones included) already make a batch worth
+	// sending without waiting for a place. While every one of Limit
+	// places is taken, a call whose arrival makes the queue ready takes
+	// one more place, up to MaxPlaces, and a new goroutine sends the
+	// queue with the send function given to Enter, as Leave's would.
+	// Natural batching waits for a place so that calls gather; once they
+	// share a send's fixed price well enough, the wait only adds latency,
+	// and the extra place lets the far side work on the batch meanwhile.
+	Ready func(queued []T) bool
+	// MaxPlaces bounds the places Ready may open: at most MaxPlaces sends
+	// are in flight at once. Under Limit it counts as Limit: no more.
+	MaxPlaces int
 	// YieldAfterBatch makes a sender yield the processor after each batch
 	// it answers, so that its callers, busy ones calling again at once,
 	// queue behind the place it still holds and go in its next batch.
@@ -60,19 +78,26 @@ type Config[T Item] struct {
 
 // New returns a Queue shaped by c; a Limit or Max under 1 counts as 1.
 func New[T Item](c Config[T]) *Queue[T] {
-	return &Queue[T]{limit: max(c.Limit, 1), max: max(c.Max, 1), fits: c.Fits, yield: c.YieldAfterBatch}
+	limit := max(c.Limit, 1)
+	return &Queue[T]{
+		limit: limit, max: max(c.Max, 1), fits: c.Fits,
+		ready: c.Ready, maxPlaces: max(c.MaxPlaces, limit),
+		yield: c.YieldAfterBatch,
+	}
 }
 
 // Enter takes a place and reports true when one is free: the caller sends
 // its call at once and then calls Leave. Otherwise it queues the call that
 // mk makes and returns it: the call is answered by the sender of a batch,
-// or left out of every batch once Abandoned.
+// or left out of every batch once Abandoned. If the queue is then ready
+// (Config.Ready) and fewer than MaxPlaces are taken, a new goroutine takes
+// one more place and sends the queue with send, batch after batch.
 //
 // Before the queue grows, Enter drops the abandoned calls from it: while
 // every place stays taken (a send that hangs), callers that give up cannot
 // grow the queue with every call they make. It holds at most twice the
 // most calls ever waiting in it at once, and at least one.
-func (q *Queue[T]) Enter(mk func() T) (queued T, now bool) {
+func (q *Queue[T]) Enter(mk func() T, send func(batch []T)) (queued T, now bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.inFlight < q.limit {
@@ -84,6 +109,14 @@ func (q *Queue[T]) Enter(mk func() T) (queued T, now bool) {
 		q.prune()
 	}
 	q.queue = append(q.queue, queued)
+	// While fewer than MaxPlaces are taken, the queue holds less than a
+	// ready batch before this call (a ready one was sent at once, and a
+	// sender gives up its place only with the queue empty), so Ready
+	// weighs at most a batch's worth of calls.
+	if q.ready != nil && q.inFlight < q.maxPlaces && q.ready(q.queue) {
+		q.inFlight++
+		go q.drain(send)
+	}
 	return queued, false
 }
 

@@ -47,12 +47,13 @@ func (r *recorder) send(batch []*call) {
 
 func TestCallsGoAloneWhileAPlaceIsFree(t *testing.T) {
 	q := coalesce.New(coalesce.Config[*call]{Limit: 2, Max: 8})
+	var r recorder
 	for i := range 2 {
-		if _, now := q.Enter(newCall(i)); !now {
+		if _, now := q.Enter(newCall(i), r.send); !now {
 			t.Fatalf("call %d queued with %d places and %d taken", i, 2, i)
 		}
 	}
-	c, now := q.Enter(newCall(2))
+	c, now := q.Enter(newCall(2), r.send)
 	if now || c == nil || c.n != 2 {
 		t.Fatalf("third call: now %v, queued %+v; want it queued", now, c)
 	}
@@ -67,18 +68,18 @@ func TestCallsGoAloneWhileAPlaceIsFree(t *testing.T) {
 func TestLeaveSendsTheQueueInBatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 3})
-		if _, now := q.Enter(newCall(-1)); !now {
+		var r recorder
+		if _, now := q.Enter(newCall(-1), r.send); !now {
 			t.Fatal("the first call was queued")
 		}
 		var queued []*call
 		for i := range 7 {
-			c, now := q.Enter(newCall(i))
+			c, now := q.Enter(newCall(i), r.send)
 			if now {
 				t.Fatalf("call %d went alone while the place was taken", i)
 			}
 			queued = append(queued, c)
 		}
-		var r recorder
 		q.Leave(r.send)
 		synctest.Wait()
 		for _, c := range queued {
@@ -92,7 +93,7 @@ func TestLeaveSendsTheQueueInBatches(t *testing.T) {
 		if !slices.EqualFunc(r.batches, want, slices.Equal) {
 			t.Errorf("batches %v, want %v", r.batches, want)
 		}
-		if _, now := q.Enter(newCall(7)); !now {
+		if _, now := q.Enter(newCall(7), r.send); !now {
 			t.Error("the place was not given up once the queue was empty")
 		}
 	})
@@ -110,11 +111,11 @@ func TestFitsBoundsABatch(t *testing.T) {
 			return size <= 4
 		}
 		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8, Fits: fits})
-		q.Enter(newCall(-1))
-		for i, size := range []int{3, 1, 2, 2, 5, 1} {
-			q.Enter(func() *call { return &call{n: i, size: size, done: make(chan struct{})} })
-		}
 		var r recorder
+		q.Enter(newCall(-1), r.send)
+		for i, size := range []int{3, 1, 2, 2, 5, 1} {
+			q.Enter(func() *call { return &call{n: i, size: size, done: make(chan struct{})} }, r.send)
+		}
 		q.Leave(r.send)
 		synctest.Wait()
 		// A call heavier than the bound still goes, alone.
@@ -125,19 +126,89 @@ func TestFitsBoundsABatch(t *testing.T) {
 	})
 }
 
+// TestReadyQueueGoesAtOnce holds the one place while calls queue: once
+// they weigh 3 (Ready), they go at once from a second place, without
+// waiting for the first; once MaxPlaces are taken, the queue waits for one
+// of them, however ready; and the extra place is given up with the queue
+// empty.
+func TestReadyQueueGoesAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ready := func(queued []*call) bool {
+			size := 0
+			for _, c := range queued {
+				size += c.size
+			}
+			return size >= 3
+		}
+		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8, Ready: ready, MaxPlaces: 2})
+		release := make(chan struct{})
+		var r recorder
+		held := func(batch []*call) {
+			r.send(batch) // answers the batch, then holds the place
+			<-release
+		}
+		if _, now := q.Enter(newCall(-1), held); !now {
+			t.Fatal("the first call was queued")
+		}
+		var queued []*call
+		enter := func(n int) {
+			t.Helper()
+			c, now := q.Enter(newCall(n), held)
+			if now {
+				t.Fatalf("call %d went alone while the place was taken", n)
+			}
+			queued = append(queued, c)
+		}
+		enter(0)
+		enter(1)
+		synctest.Wait()
+		if len(r.batches) != 0 || q.Len() != 2 {
+			t.Fatalf("batches %v and %d queued before the queue was ready, want none sent and 2", r.batches, q.Len())
+		}
+		enter(2)
+		synctest.Wait()
+		if want := [][]int{{0, 1, 2}}; !slices.EqualFunc(r.batches, want, slices.Equal) {
+			t.Fatalf("batches %v once the queue was ready, want %v", r.batches, want)
+		}
+		for i := 3; i < 7; i++ {
+			enter(i)
+		}
+		synctest.Wait()
+		if len(r.batches) != 1 || q.Len() != 4 {
+			t.Fatalf("batches %v and %d queued with both places taken, want 1 sent and 4 queued", r.batches, q.Len())
+		}
+		close(release)
+		synctest.Wait()
+		if want := [][]int{{0, 1, 2}, {3, 4, 5, 6}}; !slices.EqualFunc(r.batches, want, slices.Equal) {
+			t.Fatalf("batches %v once a place was free, want %v", r.batches, want)
+		}
+		for _, c := range queued {
+			select {
+			case <-c.done:
+			default:
+				t.Fatalf("call %d never sent", c.n)
+			}
+		}
+		q.Leave(held)
+		if _, now := q.Enter(newCall(7), held); !now {
+			t.Error("a place was not given up once the queue was empty")
+		}
+	})
+}
+
 // TestAbandonedCallsAreNeverSent abandons some queued calls: no batch holds
 // them, and when only abandoned calls are left the place is given up.
 func TestAbandonedCallsAreNeverSent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8})
-		q.Enter(newCall(-1))
+		var r recorder
+		q.Enter(newCall(-1), r.send)
 		var queued []*call
 		for i := range 4 {
-			c, _ := q.Enter(newCall(i))
+			c, _ := q.Enter(newCall(i), r.send)
 			queued = append(queued, c)
 		}
 		queued[1].gone, queued[3].gone = true, true
-		var r recorder
 		q.Leave(r.send)
 		synctest.Wait()
 		if want := [][]int{{0, 2}}; !slices.EqualFunc(r.batches, want, slices.Equal) {
@@ -145,8 +216,8 @@ func TestAbandonedCallsAreNeverSent(t *testing.T) {
 		}
 
 		// Only abandoned calls queued: nothing is sent, the place is free.
-		q.Enter(newCall(-1))
-		c, _ := q.Enter(newCall(9))
+		q.Enter(newCall(-1), r.send)
+		c, _ := q.Enter(newCall(9), r.send)
 		c.gone = true
 		r.batches = nil
 		q.Leave(r.send)
@@ -157,7 +228,7 @@ func TestAbandonedCallsAreNeverSent(t *testing.T) {
 		if q.Len() != 0 {
 			t.Errorf("Len %d after the drain, want 0", q.Len())
 		}
-		if _, now := q.Enter(newCall(10)); !now {
+		if _, now := q.Enter(newCall(10), r.send); !now {
 			t.Error("the place was not given up")
 		}
 	})
@@ -170,12 +241,13 @@ func TestAbandonedCallsAreNeverSent(t *testing.T) {
 func TestAbandonedCallsDoNotGrowTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := coalesce.New(coalesce.Config[*call]{Limit: 1, Max: 8})
-		q.Enter(newCall(-1))
+		var r recorder
+		q.Enter(newCall(-1), r.send)
 		for i := range 3 {
-			q.Enter(newCall(i))
+			q.Enter(newCall(i), r.send)
 		}
 		for i := range 10_000 {
-			c, now := q.Enter(newCall(100 + i))
+			c, now := q.Enter(newCall(100+i), r.send)
 			if now {
 				t.Fatalf("call %d went alone while the place was taken", 100+i)
 			}
@@ -184,7 +256,6 @@ func TestAbandonedCallsDoNotGrowTheQueue(t *testing.T) {
 				t.Fatalf("Len %d after %d abandoned calls behind 3 waiting, want at most %d", got, i+1, 2*3)
 			}
 		}
-		var r recorder
 		q.Leave(r.send)
 		synctest.Wait()
 		if want := [][]int{{0, 1, 2}}; !slices.EqualFunc(r.batches, want, slices.Equal) {
@@ -194,11 +265,25 @@ func TestAbandonedCallsDoNotGrowTheQueue(t *testing.T) {
 }
 
 // TestConcurrentCallsAreEachAnsweredOnce runs many goroutines through a
-// Queue of 2 places: every call is answered exactly once, alone or in a
-// batch, and at most 2 sends are ever in flight.
+// Queue of 2 places, and of 2 places and up to 5 for ready queues: every
+// call is answered exactly once, alone or in a batch, and no more sends
+// are ever in flight than the places.
 func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
-	const callers, perCaller, limit = 64, 50, 2
-	q := coalesce.New(coalesce.Config[*call]{Limit: limit, Max: 16})
+	ready := func(queued []*call) bool { return len(queued) >= 4 }
+	t.Run("limit", func(t *testing.T) {
+		answerEachOnce(t, coalesce.Config[*call]{Limit: 2, Max: 16}, 2)
+	})
+	t.Run("ready", func(t *testing.T) {
+		answerEachOnce(t, coalesce.Config[*call]{Limit: 2, Max: 16, Ready: ready, MaxPlaces: 5}, 5)
+	})
+}
+
+// answerEachOnce runs many goroutines through a Queue of config c: every
+// call is answered exactly once, and at most limit sends are ever in
+// flight.
+func answerEachOnce(t *testing.T, c coalesce.Config[*call], limit int32) {
+	const callers, perCaller = 64, 50
+	q := coalesce.New(c)
 	var inFlight, peak atomic.Int32
 	enter := func() {
 		n := inFlight.Add(1)
@@ -219,7 +304,7 @@ func TestConcurrentCallsAreEachAnsweredOnce(t *testing.T) {
 		wg.Go(func() {
 			for i := range perCaller {
 				n := g*perCaller + i
-				c, now := q.Enter(newCall(n))
+				c, now := q.Enter(newCall(n), send)
 				if now {
 					enter()
 					answered[n].Add(1)
@@ -268,7 +353,7 @@ func TestAnsweredCallersJoinTheNextBatch(t *testing.T) {
 			for g := range callers {
 				wg.Go(func() {
 					for i := range perCaller {
-						c, now := q.Enter(newCall(g*perCaller + i))
+						c, now := q.Enter(newCall(g*perCaller+i), send)
 						if now {
 							alone.Add(1)
 							roundTrip()

@@ -72,7 +72,7 @@ func (p *pending) Abandoned() bool { return p.ctx.Err() != nil }
 // that the caller's ctx ended while c was queued: the batch may still run,
 // so c belongs to its sender and must not be reused.
 func (s *Store) coalesced(ctx context.Context, c *call) (reply any, err error, abandoned bool) {
-	p, now := s.co.Enter(func() *pending { return &pending{ctx: ctx, c: c, done: make(chan struct{})} })
+	p, now := s.co.Enter(func() *pending { return &pending{ctx: ctx, c: c, done: make(chan struct{})} }, s.sendPipeline)
 	if now {
 		reply, err = s.eval(ctx, s.client, c)
 		s.co.Leave(s.sendPipeline)

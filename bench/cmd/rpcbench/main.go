@@ -102,7 +102,8 @@ func main() {
 				round+1, c.Name, r.CallsPerSec(), r.DecisionsPerSec(), ms(r.P50), ms(r.P99),
 				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg())
 			if r.WALSyncs > 0 {
-				line += fmt.Sprintf("  WAL fsyncs %.0f/s, %.1f calls each, %.0f bytes per decision", float64(r.WALSyncs)/r.Elapsed.Seconds(), r.CallsPerWALSync(), r.WALBytesPerDecision())
+				line += fmt.Sprintf("  WAL fsyncs %.0f/s, %.1f calls each, %.0f µs each (busy %.0f %%), %.0f bytes per decision",
+					float64(r.WALSyncs)/r.Elapsed.Seconds(), r.CallsPerWALSync(), float64(r.WALSyncMean().Microseconds()), 100*r.WALSyncBusy(), r.WALBytesPerDecision())
 			}
 			if r.FirstErr != nil {
 				line += fmt.Sprintf("  first error: %v", r.FirstErr)
