@@ -109,10 +109,10 @@ func (q *Queue[T]) Enter(mk func() T, send func(batch []T)) (queued T, now bool)
 		q.prune()
 	}
 	q.queue = append(q.queue, queued)
-	// While fewer than MaxPlaces are taken, the queue holds less than a
-	// ready batch before this call (a ready one was sent at once, and a
-	// sender gives up its place only with the queue empty), so Ready
-	// weighs at most a batch's worth of calls.
+	// While fewer than MaxPlaces are taken, the queue was not ready
+	// before this call (a ready one is sent at once, and a sender gives up
+	// its place only with the queue empty), so Ready never weighs more
+	// calls than its own threshold and one.
 	if q.ready != nil && q.inFlight < q.maxPlaces && q.ready(q.queue) {
 		q.inFlight++
 		go q.drain(send)
