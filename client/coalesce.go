@@ -56,9 +56,9 @@ func fitsEnvelope(batch []*pending, next *pending) bool {
 
 // readyBody is the size of the calls waiting at which they go at once,
 // in a place beyond the limit: half the largest envelope body. Calls of
-// many commands reach it (a request of 32 hits takes about 3.5 KiB, so 7
-// of them carry more than 200 decisions); calls of one command do not (32
-// of them take about 11 KiB), and wait for a place to fill their envelope.
+// many commands reach it in a handful (a request of 32 hits with hashed
+// keys takes several KiB); calls of one command do not (32 of them take
+// about 11 KiB), and wait for a place to fill their envelope.
 const readyBody = wire.MaxEnvelopeBody / 2
 
 // extraPlaces times the limit bounds the RPCs in flight with the ones

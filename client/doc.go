@@ -60,12 +60,12 @@ batching and without any timer. While fewer than [Config.Coalesce] RPCs
 (default [DefaultCoalesce]) are in flight, a call is sent at once, on its
 own. A call made while that many are in flight waits; the next RPC to
 finish takes every call waiting then — up to 32, within the envelope's
-48 KiB — and sends them as one envelope (POST /v1/rpcs). Calls heavy enough
-to fill half an envelope while they wait (some 7 calls of 32 commands) go
-at once as one more envelope, up to 4 × Config.Coalesce in flight: their
-decisions already share the envelope's cost, and waiting would only leave
-the server idle. The server runs
-each request of an envelope exactly as if it had come alone — its own
+48 KiB — and sends them as one envelope (POST /v1/rpcs). Calls heavy
+enough to fill half an envelope while they wait (a handful of calls of 32
+commands) go at once as one more envelope, up to 4 × Config.Coalesce in
+flight: their decisions already share the envelope's cost, and waiting
+would only leave the server idle. The server runs each request of an
+envelope exactly as if it had come alone — its own
 operation id, family, identities, admission — and answers each on its own,
 so every caller gets its own result or error, as it would have alone. An
 idle client adds no delay; a busy one spends about half the CPU per call,
