@@ -47,11 +47,16 @@ func newCoalescer(limit int) *coalescer {
 // fitsEnvelope reports whether next may join batch in one envelope: within
 // wire.MaxEnvelopeBody.
 func fitsEnvelope(batch []*pending, next *pending) bool {
-	size := len(next.body)
-	for _, p := range batch {
+	return wire.EnvelopeSize(len(batch)+1, bodies(batch)+len(next.body)) <= wire.MaxEnvelopeBody
+}
+
+// bodies returns the bytes of the calls' encoded requests.
+func bodies(calls []*pending) int {
+	size := 0
+	for _, p := range calls {
 		size += len(p.body)
 	}
-	return wire.EnvelopeSize(len(batch)+1, size) <= wire.MaxEnvelopeBody
+	return size
 }
 
 // readyBody is the size of the calls waiting at which they go at once,
@@ -69,13 +74,7 @@ const extraPlaces = 4
 // envelope: each shares its exchange and fsync with enough decisions that
 // waiting for a place would only add latency, while the server stands
 // idle between the fsyncs of the envelopes in flight.
-func readyEnvelope(queued []*pending) bool {
-	size := 0
-	for _, p := range queued {
-		size += len(p.body)
-	}
-	return size >= readyBody
-}
+func readyEnvelope(queued []*pending) bool { return bodies(queued) >= readyBody }
 
 // pending is a queued call. Its sender writes resp and err, then closes
 // done; a caller that gave up (its ctx ended) never reads them.
