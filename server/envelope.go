@@ -26,8 +26,8 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var spans [wire.MaxEnvelope][]byte
-	reqs, err := wire.DecodeEnvelope(body, spans[:0])
+	var decoded [wire.MaxEnvelope]wire.EnvelopeRequest
+	reqs, err := wire.DecodeEnvelope(body, decoded[:0])
 	if err != nil {
 		writeProblem(w, wire.CodeInvalid, err.Error())
 		return
@@ -36,11 +36,11 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	switch {
 	case len(reqs) == 1:
-		answers[0] = s.answer(ctx, reqs[0])
+		answers[0] = s.answer(ctx, &reqs[0])
 	case s.eng.Remote():
 		var wg sync.WaitGroup
-		for i, req := range reqs {
-			wg.Go(func() { answers[i] = s.answer(ctx, req) })
+		for i := range reqs {
+			wg.Go(func() { answers[i] = s.answer(ctx, &reqs[i]) })
 		}
 		wg.Wait()
 	default:
@@ -60,12 +60,27 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 
 // answer runs one request of an envelope and returns what /v1/rpc would
 // have answered it.
-func (s *Server) answer(ctx context.Context, body []byte) wire.Answer {
-	if len(body) > wire.MaxBody {
-		return tooLargeAnswer(body)
+func (s *Server) answer(ctx context.Context, er *wire.EnvelopeRequest) wire.Answer {
+	req, bad, ok := admissible(er)
+	if !ok {
+		return bad
 	}
-	resp, code, reason := s.run(ctx, body)
+	resp, code, reason := s.run(ctx, req)
 	return answerOf(resp, code, reason)
+}
+
+// admissible returns the request of er, or, if /v1/rpc would have refused
+// it alone before running it (over MaxBody, malformed, out of bounds), the
+// answer it would have given.
+func admissible(er *wire.EnvelopeRequest) (*wire.Request, wire.Answer, bool) {
+	if len(er.Body) > wire.MaxBody {
+		return nil, tooLargeAnswer(er.Body), false
+	}
+	req, err := validRequest(&er.Request, er.Err)
+	if err != nil {
+		return nil, problemAnswer(wire.CodeInvalid, err.Error()), false
+	}
+	return req, wire.Answer{}, true
 }
 
 // answerInTurn answers reqs one after another, each deferred on a store
@@ -75,15 +90,16 @@ func (s *Server) answer(ctx context.Context, body []byte) wire.Answer {
 // envelope rarely share a partition, so a durable store commits them one
 // by one either way, and a new goroutine grows its stack again for each.
 // If the fsync fails, every answer that rested on it becomes a 503.
-func (s *Server) answerInTurn(ctx context.Context, reqs [][]byte, answers []wire.Answer) {
+func (s *Server) answerInTurn(ctx context.Context, reqs []wire.EnvelopeRequest, answers []wire.Answer) {
 	var pending [wire.MaxEnvelope]bool
 	synced := true
-	for i, body := range reqs {
-		if len(body) > wire.MaxBody {
-			answers[i] = tooLargeAnswer(body)
+	for i := range reqs {
+		req, bad, ok := admissible(&reqs[i])
+		if !ok {
+			answers[i] = bad
 			continue
 		}
-		resp, code, reason, p := s.runDeferred(ctx, body, true)
+		resp, code, reason, p := s.runDeferred(ctx, req, true)
 		answers[i], pending[i] = answerOf(resp, code, reason), p
 		synced = synced && !p
 	}

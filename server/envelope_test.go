@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,6 +190,43 @@ func TestEnvelopeAnswersEachRequestOnItsOwn(t *testing.T) {
 	// The same requests alone on /v1/rpc are answered alike.
 	if c := code(t, h.rpc(noFamily)); c != wire.CodeInvalid {
 		t.Errorf("the request without a family alone: %s", c)
+	}
+}
+
+// TestEnvelopeRequestsOffTheFastPath sends, beside a request as the client
+// writes it, one that is valid JSON but not a request, and one that only
+// encoding/json reads (an escaped member name): each is answered what
+// /v1/rpc would have answered it alone.
+func TestEnvelopeRequestsOffTheFastPath(t *testing.T) {
+	h := newAdmHarness(t, func(*admission.Config) {})
+	plain := envelopeBody(t, incr(admission.DefaultFamily, "", "", "a"))
+	escaped := envelopeBody(t, incr(admission.DefaultFamily, "", "", "b"))
+	escaped = bytes.Replace(escaped, []byte(`"operationId"`), []byte(`"operation\u0049d"`), 1)
+	malformed := []byte(`{"operationId":5}`)
+	inner := func(env []byte) []byte { return env[len(`{"requests":[`) : len(env)-2] }
+	body := slices.Concat([]byte(`{"requests":[`), inner(plain), []byte(","), malformed, []byte(" , "), inner(escaped), []byte("]}"))
+
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, signedEnvelope(body, body, wire.PathRPCs))
+	var resp wire.EnvelopeResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); rec.Code != http.StatusOK || err != nil || len(resp.Answers) != 3 {
+		t.Fatalf("envelope: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+	for i, want := range []wire.Code{"", wire.CodeInvalid, ""} {
+		if got := answerCode(resp.Answers[i]); got != want {
+			t.Errorf("answer %d: %d %s, want %q", i, resp.Answers[i].Status, got, want)
+		}
+	}
+	alone := httptest.NewRecorder()
+	lone := signedEnvelope(malformed, malformed, wire.PathRPC)
+	lone.URL.Path, lone.RequestURI = wire.PathRPC, wire.PathRPC
+	h.srv.ServeHTTP(alone, lone)
+	var p wire.Problem
+	if err := json.Unmarshal(alone.Body.Bytes(), &p); err != nil || resp.Answers[1].Problem == nil || p.Reason != resp.Answers[1].Problem.Reason {
+		t.Errorf("the malformed request alone: %s; in the envelope: %+v", alone.Body, resp.Answers[1].Problem)
+	}
+	if n := h.store.subject.Load(); n != 2 {
+		t.Errorf("%d subject batches ran, want the 2 good requests'", n)
 	}
 }
 

@@ -165,7 +165,12 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	resp, code, reason := s.run(r.Context(), body)
+	req, err := decodeRequest(body)
+	if err != nil {
+		writeProblem(w, wire.CodeInvalid, err.Error())
+		return
+	}
+	resp, code, reason := s.run(r.Context(), req)
 	if code != "" {
 		writeProblem(w, code, reason)
 		return
@@ -214,11 +219,11 @@ func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, b
 	return body, true
 }
 
-// run runs the verified body of one RPC request: JSON, bounds, stop fence,
-// admission, and the engine, which replays a known operation id. It
+// run runs one decoded and validated RPC request (see decodeRequest): stop
+// fence, admission, and the engine, which replays a known operation id. It
 // returns the response, or the code and reason of the error answer.
-func (s *Server) run(ctx context.Context, body []byte) (*engine.Response, wire.Code, string) {
-	resp, code, reason, pending := s.runDeferred(ctx, body, false)
+func (s *Server) run(ctx context.Context, req *wire.Request) (*engine.Response, wire.Code, string) {
+	resp, code, reason, pending := s.runDeferred(ctx, req, false)
 	if !pending {
 		return resp, code, reason
 	}
@@ -238,12 +243,7 @@ func (s *Server) run(ctx context.Context, body []byte) (*engine.Response, wire.C
 // instead if the Sync fails. With all, every request that reaches the
 // engine runs deferred; otherwise only an admitted fair RPC does, whose
 // admission charges are deferred already.
-func (s *Server) runDeferred(ctx context.Context, body []byte, all bool) (resp *engine.Response, code wire.Code, reason string, pending bool) {
-	// The request holds no reference to the body: every string is a copy.
-	req, err := decodeRequest(body)
-	if err != nil {
-		return nil, wire.CodeInvalid, err.Error(), false
-	}
+func (s *Server) runDeferred(ctx context.Context, req *wire.Request, all bool) (resp *engine.Response, code wire.Code, reason string, pending bool) {
 	if st, err := s.fence.get(ctx); err != nil {
 		if ctx.Err() == nil { // not a caller that went away meanwhile
 			s.log.Error("stop fence unreadable", "err", err)
@@ -252,6 +252,7 @@ func (s *Server) runDeferred(ctx context.Context, body []byte, all bool) (resp *
 	} else if st.Stopped {
 		return nil, wire.CodeStopped, "stopped by the operator", false
 	}
+	var err error
 	if s.cfg.Admission != nil {
 		// A refusal needs no Sync: admission writes nothing that a crash
 		// could lose to the caller's benefit (decision 0065).
@@ -290,13 +291,21 @@ var jsonContentType = []string{"application/json"}
 // trailing data and out-of-bounds values are all errors.
 func decodeRequest(body []byte) (*wire.Request, error) {
 	var req wire.Request
-	if err := wire.DecodeRequest(body, &req); err != nil {
+	return validRequest(&req, wire.DecodeRequest(body, &req))
+}
+
+// validRequest returns req, which decoding returned err for, if both its
+// decoding and its bounds hold; otherwise the error (400 invalid). The
+// request holds no reference to the body it was decoded from: every
+// string is a copy.
+func validRequest(req *wire.Request, err error) (*wire.Request, error) {
+	if err == nil {
+		err = req.Validate()
+	}
+	if err != nil {
 		return nil, err
 	}
-	if err := req.Validate(); err != nil {
-		return nil, err
-	}
-	return &req, nil
+	return req, nil
 }
 
 // bufferPool recycles the buffers a handler reads a body into and writes

@@ -149,3 +149,34 @@ func BenchmarkDecodeResponse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeEnvelope decodes an envelope of 9 requests as the client
+// writes it, and every request in it, as the server does.
+func BenchmarkDecodeEnvelope(b *testing.B) {
+	for _, sh := range benchShapes {
+		var bodies [][]byte
+		for range 9 {
+			body, err := AppendRequest(nil, benchRequest(sh.steps, sh.cmds))
+			if err != nil {
+				b.Fatal(err)
+			}
+			bodies = append(bodies, body)
+		}
+		env := AppendEnvelope(nil, bodies...)
+		b.Run(sh.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var reqs [MaxEnvelope]EnvelopeRequest
+			for b.Loop() {
+				got, err := DecodeEnvelope(env, reqs[:0])
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := range got {
+					if got[i].Err != nil {
+						b.Fatal(got[i].Err)
+					}
+				}
+			}
+		})
+	}
+}

@@ -150,7 +150,7 @@ func (s *scanner) steps() ([]engine.Step, bool) {
 	}
 	// Size the backing arrays from the body: a command takes some 100
 	// bytes or more of JSON.
-	hint := min(max(len(s.data)/100, 1), engine.MaxCommands)
+	hint := min(max(s.requestLeft()/100, 1), engine.MaxCommands)
 	steps := make([]engine.Step, 0, min(hint, engine.MaxSteps))
 	d := stepDecoder{hint: hint}
 	for {

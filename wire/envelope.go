@@ -63,11 +63,26 @@ func AppendEnvelope(dst []byte, bodies ...[]byte) []byte {
 // totalling size bytes.
 func EnvelopeSize(n, size int) int { return len(`{"requests":[]}`) + size + max(n-1, 0) }
 
+// EnvelopeRequest is one request of an envelope, as DecodeEnvelope reads
+// it: its bytes, and what DecodeRequest makes of them.
+type EnvelopeRequest struct {
+	// Body is the request's JSON; it aliases the envelope's body.
+	Body []byte
+	// Request is Body decoded if Err is nil. Request and Err are what
+	// DecodeRequest(Body) returns, whichever way they were reached.
+	Request Request
+	Err     error
+}
+
 // DecodeEnvelope decodes an envelope body strictly, as DecodeRequest does a
-// request, and appends the raw bytes of each of its requests to dst; they
-// alias body. It checks the envelope's own bounds (1 … MaxEnvelope
-// requests) but not its requests, each of which is decoded on its own.
-func DecodeEnvelope(body []byte, dst [][]byte) ([][]byte, error) {
+// request, and appends each of its requests to dst, decoded on its own: a
+// request that does not decode has its Err, and leaves the others whole.
+// DecodeEnvelope checks the envelope's own bounds (1 … MaxEnvelope
+// requests) but not its requests', not even MaxBody. Each request is
+// decoded in the same pass that finds where it ends, the way Sluice's
+// client writes envelopes; any other request (or envelope) is delimited
+// first and decoded after, with the same results.
+func DecodeEnvelope(body []byte, dst []EnvelopeRequest) ([]EnvelopeRequest, error) {
 	start := len(dst)
 	s := scanner{data: body}
 	var ok bool
@@ -85,18 +100,30 @@ func DecodeEnvelope(body []byte, dst [][]byte) ([][]byte, error) {
 		if err := CheckStrict(body, &env); err != nil {
 			return dst, fmt.Errorf("malformed JSON: %w", err)
 		}
+		if err := envelopeCount(len(env.Requests)); err != nil {
+			return dst, err
+		}
 		for _, r := range env.Requests {
-			dst = append(dst, r)
+			dst = append(dst, EnvelopeRequest{Body: r})
+			last := &dst[len(dst)-1]
+			last.Err = DecodeRequest(r, &last.Request)
 		}
 	}
-	if n := len(dst) - start; n == 0 || n > MaxEnvelope {
-		return dst, fmt.Errorf("envelope of %d requests (want 1…%d)", n, MaxEnvelope)
-	}
-	return dst, nil
+	return dst, envelopeCount(len(dst) - start)
 }
 
-// envelope reads {"requests":[…]}, delimiting each element by its syntax.
-func (s *scanner) envelope(dst [][]byte) ([][]byte, bool) {
+// envelopeCount checks the number of requests in an envelope.
+func envelopeCount(n int) error {
+	if n == 0 || n > MaxEnvelope {
+		return fmt.Errorf("envelope of %d requests (want 1…%d)", n, MaxEnvelope)
+	}
+	return nil
+}
+
+// envelope reads {"requests":[…]}, decoding each element as a request
+// where the fast path takes it and otherwise delimiting it by its syntax
+// and decoding it alone.
+func (s *scanner) envelope(dst []EnvelopeRequest) ([]EnvelopeRequest, bool) {
 	if !s.next('{') {
 		return dst, false
 	}
@@ -107,11 +134,22 @@ func (s *scanner) envelope(dst [][]byte) ([][]byte, bool) {
 	if !s.next(']') {
 		for {
 			s.ws()
+			dst = append(dst, EnvelopeRequest{})
+			r := &dst[len(dst)-1]
 			start := s.pos
-			if !s.skip(0) {
-				return dst, false
+			// What the fast path takes here it takes in DecodeRequest of
+			// the element alone: the element starts with no whitespace and
+			// ends at its closing brace.
+			if !s.request(&r.Request) {
+				r.Request = Request{}
+				s.pos = start
+				if !s.skip(0) {
+					return dst, false
+				}
+				r.Err = DecodeRequest(s.data[start:s.pos], &r.Request)
 			}
-			dst = append(dst, s.data[start:s.pos])
+			r.Body = s.data[start:s.pos]
+			s.prevRequest = len(r.Body)
 			more, ok := s.more(']')
 			if !ok {
 				return dst, false

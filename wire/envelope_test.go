@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -46,8 +47,17 @@ func checkEnvelopeDecoders(t testing.TB, body []byte) {
 		t.Fatalf("DecodeEnvelope(%q) = %d requests, reference %d", body, len(got), len(want))
 	}
 	for i := range got {
-		if !bytes.Equal(got[i], want[i]) {
-			t.Fatalf("DecodeEnvelope(%q) request %d = %s, reference %s", body, i, got[i], want[i])
+		if !bytes.Equal(got[i].Body, want[i]) {
+			t.Fatalf("DecodeEnvelope(%q) request %d = %s, reference %s", body, i, got[i].Body, want[i])
+		}
+		// Each request is what DecodeRequest makes of it alone.
+		var alone Request
+		aloneErr := DecodeRequest(got[i].Body, &alone)
+		if fmt.Sprint(got[i].Err) != fmt.Sprint(aloneErr) {
+			t.Fatalf("DecodeEnvelope(%q) request %d: error %v, DecodeRequest's %v", body, i, got[i].Err, aloneErr)
+		}
+		if !reflect.DeepEqual(got[i].Request, alone) {
+			t.Fatalf("DecodeEnvelope(%q) request %d\n= %#v\nDecodeRequest %#v", body, i, got[i].Request, alone)
 		}
 	}
 }
@@ -164,8 +174,11 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 			t.Fatalf("the fast path leaves %s to encoding/json", env)
 		}
 		for i := range got {
-			if !bytes.Equal(got[i], bodies[i]) {
-				t.Fatalf("request %d = %s, sent %s", i, got[i], bodies[i])
+			if !bytes.Equal(got[i].Body, bodies[i]) {
+				t.Fatalf("request %d = %s, sent %s", i, got[i].Body, bodies[i])
+			}
+			if got[i].Err != nil || !reflect.DeepEqual(&got[i].Request, reqs[i]) {
+				t.Fatalf("request %d decoded %#v (error %v)\nsent %#v", i, got[i].Request, got[i].Err, reqs[i])
 			}
 		}
 

@@ -24,6 +24,21 @@ type scanner struct {
 	// results holds the backing arrays of every response's step results
 	// in data: an envelope's answers share them.
 	results resultDecoder
+	// prevRequest is the length of the request before the one being
+	// decoded, in an envelope; 0 for the first, or a request alone.
+	prevRequest int
+}
+
+// requestLeft estimates how much of the request being decoded is left to
+// read, for sizing what it decodes into: the rest of the data, but in an
+// envelope no more than the request before it took (the requests a client
+// coalesces are often alike), nor than MaxBody.
+func (s *scanner) requestLeft() int {
+	n := len(s.data) - s.pos
+	if s.prevRequest > 0 {
+		return min(n, s.prevRequest)
+	}
+	return min(n, MaxBody)
 }
 
 // maxSkipDepth bounds the nesting of a value the scanner skips; deeper
