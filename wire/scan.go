@@ -47,14 +47,41 @@ const maxSkipDepth = 32
 
 // ws skips JSON whitespace.
 func (s *scanner) ws() {
-	for s.pos < len(s.data) {
-		switch s.data[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
+	pos := s.pos
+	for pos < len(s.data) && class[s.data[pos]] == space {
+		pos++
+	}
+	s.pos = pos
+}
+
+// Byte classes, for the loops that run over every byte of the input.
+const (
+	other = iota // needs a look of its own
+	plain        // stands for itself in a string: printable ASCII but '"' and '\\'
+	space        // JSON whitespace
+)
+
+// class holds each byte's class.
+var class = func() (t [256]uint8) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		if c != '"' && c != '\\' {
+			t[c] = plain
 		}
 	}
+	for _, c := range []byte{' ', '\t', '\n', '\r'} {
+		t[c] = space
+	}
+	return t
+}()
+
+// plainFrom returns the index of the first byte from i that is not plain
+// (a string's end, an escape, a control byte or a non-ASCII one), or
+// len(data).
+func plainFrom(data []byte, i int) int {
+	for i < len(data) && class[data[i]] == plain {
+		i++
+	}
+	return i
 }
 
 // next skips whitespace and consumes c if it comes next.
@@ -101,6 +128,9 @@ func (s *scanner) key() ([]byte, bool) {
 	}
 	start := s.pos + 1
 	for i := start; i < len(s.data); i++ {
+		if i = plainFrom(s.data, i); i == len(s.data) {
+			break
+		}
 		switch c := s.data[i]; {
 		case c == '"':
 			s.pos = i + 1
@@ -143,6 +173,9 @@ func (s *scanner) rawString() ([]byte, bool) {
 	start := s.pos + 1
 	ascii := true
 	for i := start; i < len(s.data); i++ {
+		if i = plainFrom(s.data, i); i == len(s.data) {
+			break
+		}
 		switch c := s.data[i]; {
 		case c == '"':
 			if !ascii && !utf8.Valid(s.data[start:i]) {
@@ -169,6 +202,9 @@ func (s *scanner) str() (string, bool) {
 	start := s.pos + 1
 	ascii := true
 	for i := start; i < len(s.data); i++ {
+		if i = plainFrom(s.data, i); i == len(s.data) {
+			break
+		}
 		switch c := s.data[i]; {
 		case c == '"':
 			if !ascii && !utf8.Valid(s.data[start:i]) {
@@ -368,6 +404,9 @@ func (s *scanner) skipString() bool {
 		return false
 	}
 	for i := s.pos + 1; i < len(s.data); i++ {
+		if i = plainFrom(s.data, i); i == len(s.data) {
+			break
+		}
 		switch c := s.data[i]; {
 		case c == '"':
 			s.pos = i + 1

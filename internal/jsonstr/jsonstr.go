@@ -13,11 +13,11 @@ func Append(dst []byte, s string) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		if plain[s[i]] {
+			i++
+			continue
+		}
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
-				i++
-				continue
-			}
 			dst = append(dst, s[start:i]...)
 			switch b {
 			case '\\', '"':
@@ -57,3 +57,14 @@ func Append(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// plain holds, for each byte, whether encoding/json writes it as it is
+// whatever surrounds it: printable ASCII but for the quote, the backslash
+// and the three characters of its HTML escaping. Looking a byte up costs
+// less than comparing it with each of those.
+var plain = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\' && b != '<' && b != '>' && b != '&'
+	}
+	return t
+}()

@@ -41,3 +41,21 @@ func TestAppendEveryByte(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAppend appends what the wire mostly carries: hashed names of 64
+// hex digits, short keys and names, and now and then a string to escape.
+func BenchmarkAppend(b *testing.B) {
+	for _, c := range []struct{ name, s string }{
+		{"hash", "3f7a9c0e5b1d2486af03c9e7d5b12f4068ac3e9b7d105f2c84e6a09b3d7c1e5f"},
+		{"short", "limit-7"},
+		{"escapes", `a "quoted" <name> & a\path`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.s)))
+			var buf []byte
+			for b.Loop() {
+				buf = Append(buf[:0], c.s)
+			}
+		})
+	}
+}
