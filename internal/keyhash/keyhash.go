@@ -192,8 +192,57 @@ const maxKept = 1 << 10
 // name and every key hashed. Values, lease ids and numbers are data and
 // stay as they are. cmds is not modified.
 func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
-	out := make([]engine.Command, len(cmds))
-	for j, cmd := range cmds {
+	var a arrays
+	a.size([]engine.Step{{Commands: cmds}})
+	return h.step(partition, cmds, &a)
+}
+
+// Steps returns a copy of steps with every partition name and key hashed
+// (see Step).
+func (h *Hasher) Steps(steps []engine.Step) []engine.Step {
+	var a arrays
+	a.size(steps)
+	out := make([]engine.Step, len(steps))
+	for i := range steps {
+		out[i] = h.step(steps[i].Partition, steps[i].Commands, &a)
+	}
+	return out
+}
+
+// arrays holds the backing arrays of the commands, windows and budgets
+// that the copies of some steps take their slices from: three allocations
+// for a request, rather than one for each command's windows. Each slice
+// taken is capped at its length, so that appending to one copy never
+// writes into another.
+type arrays struct {
+	cmds    []engine.Command
+	windows []engine.Window
+	budgets []engine.Budget
+}
+
+// size makes the arrays room enough for steps.
+func (a *arrays) size(steps []engine.Step) {
+	var nc, nw, nb int
+	for i := range steps {
+		nc += len(steps[i].Commands)
+		for j := range steps[i].Commands {
+			nw += len(steps[i].Commands[j].Windows)
+			nb += len(steps[i].Commands[j].Budgets)
+		}
+	}
+	a.cmds = make([]engine.Command, 0, nc)
+	if nw > 0 {
+		a.windows = make([]engine.Window, 0, nw)
+	}
+	if nb > 0 {
+		a.budgets = make([]engine.Budget, 0, nb)
+	}
+}
+
+// step is Step, its copies taken from a.
+func (h *Hasher) step(partition string, cmds []engine.Command, a *arrays) engine.Step {
+	first := len(a.cmds)
+	for _, cmd := range cmds {
 		if cmd.Key != "" {
 			cmd.Key = h.Hash(PurposeKey, cmd.Key)
 		}
@@ -201,34 +250,24 @@ func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
 			cmd.Receipt = h.Hash(PurposeKey, cmd.Receipt)
 		}
 		if len(cmd.Windows) > 0 {
-			ws := make([]engine.Window, len(cmd.Windows))
-			for k, w := range cmd.Windows {
+			start := len(a.windows)
+			for _, w := range cmd.Windows {
 				w.Key = h.Hash(PurposeKey, w.Key)
-				ws[k] = w
+				a.windows = append(a.windows, w)
 			}
-			cmd.Windows = ws
+			cmd.Windows = a.windows[start:len(a.windows):len(a.windows)]
 		}
 		if len(cmd.Budgets) > 0 {
-			bs := make([]engine.Budget, len(cmd.Budgets))
-			for k, b := range cmd.Budgets {
+			start := len(a.budgets)
+			for _, b := range cmd.Budgets {
 				b.Key = h.Hash(PurposeKey, b.Key)
-				bs[k] = b
+				a.budgets = append(a.budgets, b)
 			}
-			cmd.Budgets = bs
+			cmd.Budgets = a.budgets[start:len(a.budgets):len(a.budgets)]
 		}
-		out[j] = cmd
+		a.cmds = append(a.cmds, cmd)
 	}
-	return engine.Step{Partition: h.Hash(PurposePartition, partition), Commands: out}
-}
-
-// Steps returns a copy of steps with every partition name and key hashed
-// (see Step).
-func (h *Hasher) Steps(steps []engine.Step) []engine.Step {
-	out := make([]engine.Step, len(steps))
-	for i := range steps {
-		out[i] = h.Step(steps[i].Partition, steps[i].Commands)
-	}
-	return out
+	return engine.Step{Partition: h.Hash(PurposePartition, partition), Commands: a.cmds[first:len(a.cmds):len(a.cmds)]}
 }
 
 // Store is an engine.Store that hashes every batch's partition name and

@@ -70,9 +70,18 @@ func TestStepHashesEveryIdentifier(t *testing.T) {
 	if c[2].Value != "v" || c[3].Lease != "lease-1" || c[0].Windows[0].Limit != 1 || *c[4].RefillPermille != 500 {
 		t.Errorf("data was changed: %+v", c)
 	}
-	steps := h.Steps([]engine.Step{{Partition: "part", Commands: cmds}})
+	steps := h.Steps([]engine.Step{{Partition: "part", Commands: cmds}, {Partition: "other", Commands: cmds}})
 	if !reflect.DeepEqual(steps[0], st) {
 		t.Errorf("Steps = %+v, want %+v", steps[0], st)
+	}
+	// The copies share backing arrays, each slice capped at its length:
+	// appending to one never writes into the next.
+	want := deepCopy(steps[1].Commands)
+	_ = append(steps[0].Commands, engine.Command{Op: engine.OpGet, Key: "x"})
+	_ = append(steps[0].Commands[0].Windows, engine.Window{Key: "x"})
+	_ = append(steps[0].Commands[1].Budgets, engine.Budget{Key: "x"})
+	if !reflect.DeepEqual(steps[1].Commands, want) {
+		t.Errorf("appending to the first step's copies changed the second's: %+v", steps[1].Commands)
 	}
 }
 
