@@ -1,6 +1,7 @@
 package rpcbench
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"sync"
@@ -129,5 +130,21 @@ func TestCountedWindow(t *testing.T) {
 	}
 	if r.Calls != calls || r.WALSyncs != calls {
 		t.Fatalf("%d calls counted over %d fsyncs, want %d over %d", r.Calls, r.WALSyncs, calls, calls)
+	}
+}
+
+// TestAllocationProfiles checks that a timed measurement with AllocsBase
+// and Allocs set writes an allocation profile (gzipped protocol buffers)
+// to each.
+func TestAllocationProfiles(t *testing.T) {
+	cfg := Config{Name: "counting", PerCall: 1, start: func(context.Context, Options) (instance, error) { return &countingSystem{}, nil }}
+	var base, end bytes.Buffer
+	if _, err := Measure(t.Context(), cfg, Options{Clients: 2, Warmup: time.Millisecond, Duration: 10 * time.Millisecond, AllocsBase: &base, Allocs: &end}); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"base": base.Bytes(), "end": end.Bytes()} {
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s profile: %d bytes, not gzipped", name, len(b))
+		}
 	}
 }

@@ -55,6 +55,20 @@ type Options struct {
 	// (go tool trace; its -pprof=sync and -pprof=syscall views show where
 	// calls wait).
 	Trace io.Writer
+	// AllocsBase and Allocs, when set, receive the allocation profile as
+	// it stands at the start of the measured time and at its end, each
+	// after a garbage collection: go tool pprof -base on the two shows what
+	// the measured time allocated.
+	AllocsBase, Allocs io.Writer
+}
+
+// writeAllocs writes the allocation profile, up to date, to w if w is set.
+func writeAllocs(w io.Writer) error {
+	if w == nil {
+		return nil
+	}
+	runtime.GC() // the profile holds what the last collection saw
+	return pprof.Lookup("allocs").WriteTo(w, 0)
 }
 
 // Result is one measurement of one configuration.
@@ -312,6 +326,17 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 				return Result{}, err
 			}
 		}
+		if err := writeAllocs(o.AllocsBase); err != nil {
+			if o.CPUProfile != nil {
+				pprof.StopCPUProfile()
+			}
+			if o.Trace != nil {
+				trace.Stop()
+			}
+			phase.Store(phaseDone)
+			wg.Wait()
+			return Result{}, err
+		}
 		cpu0, wal0 = processCPU(), countWAL(inst)
 		t0 := time.Now()
 		phase.Store(phaseMeasure)
@@ -324,7 +349,11 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		if o.Trace != nil {
 			trace.Stop()
 		}
+		err := writeAllocs(o.Allocs)
 		wg.Wait()
+		if err != nil {
+			return Result{}, err
+		}
 	} else {
 		wg.Wait()
 		measured, cpu, wal = time.Since(start), processCPU()-cpu0, countWAL(inst).minus(wal0)

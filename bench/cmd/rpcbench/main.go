@@ -11,6 +11,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ func main() {
 		memtable = flag.Int("memtable", 0, "the durable store's Pebble memtable size in MiB (diskstore.Config.MemTableBytes; 0: the store's default)")
 		tracePfx = flag.String("trace", "", "after the rounds, trace one more measurement of each configuration into `prefix`-NAME.trace (go tool trace; not counted in the medians)")
 		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
+		allocs   = flag.String("allocprofile", "", "after the rounds, write the allocation profile at the start and the end of one more measurement of each configuration into `prefix`-NAME.base.pprof and prefix-NAME.pprof (go tool pprof -base; not counted in the medians)")
 	)
 	flag.Parse()
 	if *rounds < 1 || *duration <= 0 || *clients < 1 {
@@ -118,24 +120,30 @@ func main() {
 	sum.WriteAims(os.Stdout)
 
 	for _, extra := range []struct {
-		prefix, ext, what string
-		set               func(*rpcbench.Options, io.Writer)
+		prefix string
+		exts   []string
+		what   string
+		set    func(*rpcbench.Options, []io.Writer)
 	}{
-		{*profile, "pprof", "CPU profile", func(o *rpcbench.Options, w io.Writer) { o.CPUProfile = w }},
-		{*tracePfx, "trace", "execution trace", func(o *rpcbench.Options, w io.Writer) { o.Trace = w }},
+		{*profile, []string{"pprof"}, "CPU profile", func(o *rpcbench.Options, w []io.Writer) { o.CPUProfile = w[0] }},
+		{*tracePfx, []string{"trace"}, "execution trace", func(o *rpcbench.Options, w []io.Writer) { o.Trace = w[0] }},
+		{*allocs, []string{"base.pprof", "pprof"}, "allocation profiles", func(o *rpcbench.Options, w []io.Writer) { o.AllocsBase, o.Allocs = w[0], w[1] }},
 	} {
 		if extra.prefix == "" {
 			continue
 		}
 		fmt.Println()
 		for _, c := range cfgs {
-			path := extra.prefix + "-" + c.Name + "." + extra.ext
-			if err := recordOne(ctx, c, opts, path, extra.set); err != nil {
+			var paths []string
+			for _, ext := range extra.exts {
+				paths = append(paths, extra.prefix+"-"+c.Name+"."+ext)
+			}
+			if err := recordOne(ctx, c, opts, paths, extra.set); err != nil {
 				failed = true
 				fmt.Fprintf(os.Stderr, "%s of %s FAILED: %v\n", extra.what, c.Name, err)
 				continue
 			}
-			fmt.Printf("%s of %s: %s\n", extra.what, c.Name, path)
+			fmt.Printf("%s of %s: %s\n", extra.what, c.Name, strings.Join(paths, ", "))
 		}
 	}
 	if *profile != "" {
@@ -147,17 +155,20 @@ func main() {
 }
 
 // recordOne runs one more, uncounted, measurement of c with set giving it
-// the file at path to write (a CPU profile or an execution trace).
-func recordOne(ctx context.Context, c rpcbench.Config, opts rpcbench.Options, path string, set func(*rpcbench.Options, io.Writer)) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+// the files at paths to write (a CPU profile, an execution trace, or the
+// two allocation profiles).
+func recordOne(ctx context.Context, c rpcbench.Config, opts rpcbench.Options, paths []string, set func(*rpcbench.Options, []io.Writer)) (err error) {
+	var ws []io.Writer
+	for _, path := range paths {
+		f, ferr := os.Create(path)
+		if ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		defer func() { err = errors.Join(err, f.Close()) }()
+		ws = append(ws, f)
 	}
-	set(&opts, f)
+	set(&opts, ws)
 	r, err := rpcbench.Measure(ctx, c, opts)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err == nil {
 		fmt.Fprintf(os.Stderr, "recorded %-15s %10.0f calls/s %12.0f decisions/s (not counted)\n", c.Name, r.CallsPerSec(), r.DecisionsPerSec())
 	}
