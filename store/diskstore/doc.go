@@ -124,9 +124,11 @@
 // writes its rows first. A checkpoint keeps the
 // buffers of what it wrote while the load that filled them lasts (past
 // 4 MiB they are let go once a checkpoint needs less than half of them),
-// and the store keeps at most 4 MiB of the ops buffers of partitions a
-// checkpoint left clean (those of 256 bytes to 64 KiB), for the next
-// partitions to turn dirty. The first retry of a step on a partition
+// and the store keeps the ops buffers of partitions a checkpoint left
+// clean (those of 256 bytes to 64 KiB), for the next partitions to turn
+// dirty: up to twice the ops that checkpoint wrote, so about 128 MiB at most
+// under a load that fills the 64 MiB, and 4 MiB once a checkpoint finds
+// nothing to write. The first retry of a step on a partition
 // written since the last checkpoint indexes the replay records among its
 // pending ops (a map entry each), so that later retries do not read them
 // all again; a partition keeps an index of up to 1,024 entries for its

@@ -269,7 +269,8 @@ func (s *Store) checkpoint(now int64) error {
 		// Nothing to write. Left untaken, s.dirty keeps a buffer of its
 		// own: dropped here, it would share dirtySpare's, and the next
 		// checkpoint's list be overwritten by the partitions committed
-		// during it.
+		// during it. The load has stopped: the spares it needed go.
+		s.spareOps.limit(minSpareOps)
 		s.dmu.Unlock()
 		return nil
 	}
@@ -342,6 +343,11 @@ func (s *Store) checkpoint(now int64) error {
 	s.dirty = append(keep, meanwhile...)
 	clear(meanwhile)
 	s.dirtySpare = meanwhile[:0]
+	// Spares for as many buffers as this checkpoint's partitions filled:
+	// under a steady load most partitions are left clean by one
+	// checkpoint and turn dirty again before the next, and without a
+	// spare each would grow a buffer afresh.
+	s.spareOps.limit(max(minSpareOps, spareOpsPerByte*int(taken)))
 	for _, b := range freed {
 		s.spareOps.give(b)
 	}
@@ -363,9 +369,18 @@ const maxKeptCkpt = 4 << 20
 // first checkpoint after it.
 func keepCkptBuf(c, n int) bool { return c <= maxKeptCkpt || c <= 2*n }
 
-// maxSpareOps bounds the bytes of the spare buffers of journal ops a store
-// keeps (spareBufs).
-const maxSpareOps = 4 << 20
+// The spare buffers of journal ops a store keeps (spareBufs) hold at most
+// spareOpsPerByte times the bytes of ops the last checkpoint wrote, and
+// minSpareOps whatever it wrote: enough for the partitions it left clean
+// (each with the two buffers it fills and writes from in turn, grown past
+// what they hold) to turn dirty again with a buffer each, while the load
+// lasts; a checkpoint after it lets the surplus go. Checkpoints come
+// before checkpointBytes of ops are pending, so the spares stay under
+// spareOpsPerByte × checkpointBytes.
+const (
+	minSpareOps     = 4 << 20
+	spareOpsPerByte = 2
+)
 
 // minSpareOp is the smallest buffer worth keeping as a spare: a smaller
 // one saves a caller hardly more than one small allocation, and a stack of
@@ -375,13 +390,22 @@ const minSpareOp = 256
 // spareBufs is a bounded stack of empty buffers of journal ops.
 type spareBufs struct {
 	bufs  [][]byte
-	bytes int // their capacities' sum, at most maxSpareOps
+	bytes int // their capacities' sum, at most max
+	max   int // the bound limit sets (0 until it is first set: nothing kept)
+}
+
+// limit bounds the spares' bytes to n, letting buffers go to keep to it.
+func (sb *spareBufs) limit(n int) {
+	sb.max = n
+	for sb.bytes > n {
+		sb.take()
+	}
 }
 
 // give keeps b, emptied, if it has room for b's capacity; a buffer under
 // minSpareOp, or over maxKeptPend (a burst's), is let go.
 func (sb *spareBufs) give(b []byte) {
-	if c := cap(b); c >= minSpareOp && c <= maxKeptPend && sb.bytes+c <= maxSpareOps {
+	if c := cap(b); c >= minSpareOp && c <= maxKeptPend && sb.bytes+c <= sb.max {
 		sb.bufs = append(sb.bufs, b[:0])
 		sb.bytes += c
 	}

@@ -306,11 +306,52 @@ func TestCleanPartitionsBuffersServeTheNextDirty(t *testing.T) {
 	}
 }
 
+// TestSpareBuffersFollowTheLoad checkpoints a load of more than
+// minSpareOps across many partitions, which the checkpoint leaves clean:
+// their buffers are kept as spares, beyond minSpareOps, for them to turn
+// dirty again without growing new ones; a checkpoint with nothing to write
+// lets the surplus go.
+func TestSpareBuffersFollowTheLoad(t *testing.T) {
+	s := openCheckpointed(t)
+	value := strings.Repeat("v", engine.MaxValueBytes)
+	const partitions, writes = 200, 12 // some 24 KiB of ops each, 5 MiB in all
+	for i := range partitions {
+		for j := range writes {
+			apply(t, s, fmt.Sprintf("p%d", i), engine.Set(fmt.Sprintf("k%d", j), value, 3_600_000))
+		}
+	}
+	taken := s.pendBytes.Load()
+	if taken <= minSpareOps {
+		t.Fatalf("only %d bytes of ops pending, want more than %d", taken, minSpareOps)
+	}
+	checkpoint(t, s)
+	s.dmu.Lock()
+	spare := s.spareOps.bytes
+	s.dmu.Unlock()
+	if spare <= minSpareOps || spare > spareOpsPerByte*int(taken) {
+		t.Errorf("after a checkpoint of %d bytes of ops, %d bytes of spare buffers; want more than %d, at most %d", taken, spare, minSpareOps, spareOpsPerByte*taken)
+	}
+	checkpoint(t, s) // nothing written since
+	s.dmu.Lock()
+	spare = s.spareOps.bytes
+	s.dmu.Unlock()
+	if spare > minSpareOps {
+		t.Errorf("after a checkpoint with nothing to write, %d bytes of spare buffers; want at most %d", spare, minSpareOps)
+	}
+}
+
 // TestSpareBuffersAreBounded fills the spare buffers past their bound:
-// they hold at most maxSpareOps bytes, never a buffer over maxKeptPend or
-// under minSpareOp, and give back empty buffers until none is left.
+// they hold at most its bytes, never a buffer over maxKeptPend or under
+// minSpareOp, give back empty buffers until none is left, and let buffers
+// go when the bound is lowered.
 func TestSpareBuffersAreBounded(t *testing.T) {
 	var sb spareBufs
+	sb.give(make([]byte, 10, minSpareOp))
+	if len(sb.bufs) != 0 {
+		t.Fatal("kept a buffer before any bound was set")
+	}
+	const maxSpareOps = 4 << 20
+	sb.limit(maxSpareOps)
 	sb.give(make([]byte, 10, maxKeptPend+1))
 	sb.give(make([]byte, 10, minSpareOp-1))
 	sb.give(nil)
@@ -322,6 +363,10 @@ func TestSpareBuffersAreBounded(t *testing.T) {
 	}
 	if sb.bytes > maxSpareOps || sb.bytes != len(sb.bufs)*maxKeptPend {
 		t.Fatalf("spare buffers hold %d bytes in %d buffers, want at most %d", sb.bytes, len(sb.bufs), maxSpareOps)
+	}
+	sb.limit(maxSpareOps / 2)
+	if sb.bytes > maxSpareOps/2 || sb.bytes != len(sb.bufs)*maxKeptPend || len(sb.bufs) == 0 {
+		t.Fatalf("lowered to %d, spare buffers hold %d bytes in %d buffers", maxSpareOps/2, sb.bytes, len(sb.bufs))
 	}
 	for n := len(sb.bufs); n > 0; n-- {
 		if b := sb.take(); len(b) != 0 || cap(b) != maxKeptPend {
