@@ -57,8 +57,8 @@ func (s *scanner) ws() {
 // Byte classes, for the loops that run over every byte of the input.
 const (
 	other = iota // needs a look of its own
-	plain        // stands for itself in a string: printable ASCII but '"' and '\\'
-	space        // JSON whitespace
+	plain        // stands for itself in a string: printable ASCII but '"', '\\' and ' '
+	space        // JSON whitespace (a space also stands for itself in a string)
 )
 
 // class holds each byte's class.
@@ -75,8 +75,8 @@ var class = func() (t [256]uint8) {
 }()
 
 // plainFrom returns the index of the first byte from i that is not plain
-// (a string's end, an escape, a control byte or a non-ASCII one), or
-// len(data).
+// (a string's end, an escape, a control byte, a non-ASCII byte or a
+// space, which the caller's loop looks at), or len(data).
 func plainFrom(data []byte, i int) int {
 	for i < len(data) && class[data[i]] == plain {
 		i++

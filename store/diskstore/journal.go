@@ -370,13 +370,13 @@ const maxKeptCkpt = 4 << 20
 func keepCkptBuf(c, n int) bool { return c <= maxKeptCkpt || c <= 2*n }
 
 // The spare buffers of journal ops a store keeps (spareBufs) hold at most
-// spareOpsPerByte times the bytes of ops the last checkpoint wrote, and
-// minSpareOps whatever it wrote: enough for the partitions it left clean
+// spareOpsPerByte times the bytes of ops the last checkpoint wrote, or
+// minSpareOps if that is more: enough for the partitions it left clean
 // (each with the two buffers it fills and writes from in turn, grown past
-// what they hold) to turn dirty again with a buffer each, while the load
-// lasts; a checkpoint after it lets the surplus go. Checkpoints come
-// before checkpointBytes of ops are pending, so the spares stay under
-// spareOpsPerByte × checkpointBytes.
+// what they hold) to turn dirty again with a buffer each while the load
+// lasts. A checkpoint with less to write lets the surplus go. A checkpoint
+// is asked for once checkpointBytes of ops are pending, so the spares stay
+// near spareOpsPerByte × checkpointBytes at most.
 const (
 	minSpareOps     = 4 << 20
 	spareOpsPerByte = 2
@@ -390,13 +390,13 @@ const minSpareOp = 256
 // spareBufs is a bounded stack of empty buffers of journal ops.
 type spareBufs struct {
 	bufs  [][]byte
-	bytes int // their capacities' sum, at most max
-	max   int // the bound limit sets (0 until it is first set: nothing kept)
+	bytes int // their capacities' sum, at most bound
+	bound int // set by limit (0 until it is first set: nothing kept)
 }
 
 // limit bounds the spares' bytes to n, letting buffers go to keep to it.
 func (sb *spareBufs) limit(n int) {
-	sb.max = n
+	sb.bound = n
 	for sb.bytes > n {
 		sb.take()
 	}
@@ -405,7 +405,7 @@ func (sb *spareBufs) limit(n int) {
 // give keeps b, emptied, if it has room for b's capacity; a buffer under
 // minSpareOp, or over maxKeptPend (a burst's), is let go.
 func (sb *spareBufs) give(b []byte) {
-	if c := cap(b); c >= minSpareOp && c <= maxKeptPend && sb.bytes+c <= sb.max {
+	if c := cap(b); c >= minSpareOp && c <= maxKeptPend && sb.bytes+c <= sb.bound {
 		sb.bufs = append(sb.bufs, b[:0])
 		sb.bytes += c
 	}
