@@ -193,7 +193,8 @@ const maxKept = 1 << 10
 // stay as they are. cmds is not modified.
 func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
 	var a arrays
-	a.size([]engine.Step{{Commands: cmds}})
+	a.count(cmds)
+	a.alloc()
 	return h.step(partition, cmds, &a)
 }
 
@@ -201,7 +202,10 @@ func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
 // (see Step).
 func (h *Hasher) Steps(steps []engine.Step) []engine.Step {
 	var a arrays
-	a.size(steps)
+	for i := range steps {
+		a.count(steps[i].Commands)
+	}
+	a.alloc()
 	out := make([]engine.Step, len(steps))
 	for i := range steps {
 		out[i] = h.step(steps[i].Partition, steps[i].Commands, &a)
@@ -215,27 +219,30 @@ func (h *Hasher) Steps(steps []engine.Step) []engine.Step {
 // taken is capped at its length, so that appending to one copy never
 // writes into another.
 type arrays struct {
-	cmds    []engine.Command
-	windows []engine.Window
-	budgets []engine.Budget
+	cmds       []engine.Command
+	windows    []engine.Window
+	budgets    []engine.Budget
+	nc, nw, nb int // what count counted
 }
 
-// size makes the arrays room enough for steps.
-func (a *arrays) size(steps []engine.Step) {
-	var nc, nw, nb int
-	for i := range steps {
-		nc += len(steps[i].Commands)
-		for j := range steps[i].Commands {
-			nw += len(steps[i].Commands[j].Windows)
-			nb += len(steps[i].Commands[j].Budgets)
-		}
+// count adds the commands, windows and budgets of cmds to those the
+// arrays are to hold.
+func (a *arrays) count(cmds []engine.Command) {
+	a.nc += len(cmds)
+	for i := range cmds {
+		a.nw += len(cmds[i].Windows)
+		a.nb += len(cmds[i].Budgets)
 	}
-	a.cmds = make([]engine.Command, 0, nc)
-	if nw > 0 {
-		a.windows = make([]engine.Window, 0, nw)
+}
+
+// alloc makes the arrays, with room for what count counted.
+func (a *arrays) alloc() {
+	a.cmds = make([]engine.Command, 0, a.nc)
+	if a.nw > 0 {
+		a.windows = make([]engine.Window, 0, a.nw)
 	}
-	if nb > 0 {
-		a.budgets = make([]engine.Budget, 0, nb)
+	if a.nb > 0 {
+		a.budgets = make([]engine.Budget, 0, a.nb)
 	}
 }
 
