@@ -30,12 +30,7 @@ type Item interface {
 // Queue is the bookkeeping of natural batching for calls of type T. It is
 // safe for concurrent use.
 type Queue[T Item] struct {
-	limit     int
-	max       int
-	fits      func(batch []T, next T) bool
-	ready     func(queued []T) bool
-	maxPlaces int
-	yield     bool
+	cfg Config[T] // as New normalized it
 
 	mu       sync.Mutex
 	inFlight int // places taken: sends in flight, or a sender draining the queue
@@ -78,12 +73,10 @@ type Config[T Item] struct {
 
 // New returns a Queue shaped by c; a Limit or Max under 1 counts as 1.
 func New[T Item](c Config[T]) *Queue[T] {
-	limit := max(c.Limit, 1)
-	return &Queue[T]{
-		limit: limit, max: max(c.Max, 1), fits: c.Fits,
-		ready: c.Ready, maxPlaces: max(c.MaxPlaces, limit),
-		yield: c.YieldAfterBatch,
-	}
+	c.Limit = max(c.Limit, 1)
+	c.Max = max(c.Max, 1)
+	c.MaxPlaces = max(c.MaxPlaces, c.Limit)
+	return &Queue[T]{cfg: c}
 }
 
 // Enter takes a place and reports true when one is free: the caller sends
@@ -100,7 +93,7 @@ func New[T Item](c Config[T]) *Queue[T] {
 func (q *Queue[T]) Enter(mk func() T, send func(batch []T)) (queued T, now bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.inFlight < q.limit {
+	if q.inFlight < q.cfg.Limit {
 		q.inFlight++
 		return queued, true
 	}
@@ -113,7 +106,7 @@ func (q *Queue[T]) Enter(mk func() T, send func(batch []T)) (queued T, now bool)
 	// before this call (a ready one is sent at once, and a sender gives up
 	// its place only with the queue empty), so Ready never weighs more
 	// calls than its own threshold and one.
-	if q.ready != nil && q.inFlight < q.maxPlaces && q.ready(q.queue) {
+	if q.cfg.Ready != nil && q.inFlight < q.cfg.MaxPlaces && q.cfg.Ready(q.queue) {
 		q.inFlight++
 		go q.drain(send)
 	}
@@ -157,7 +150,7 @@ func (q *Queue[T]) drain(send func(batch []T)) {
 			return
 		}
 		send(batch)
-		if q.yield {
+		if q.cfg.YieldAfterBatch {
 			runtime.Gosched()
 		}
 	}
@@ -170,12 +163,12 @@ func (q *Queue[T]) take() []T {
 	defer q.mu.Unlock()
 	var batch []T
 	i := 0
-	for ; i < len(q.queue) && len(batch) < q.max; i++ {
+	for ; i < len(q.queue) && len(batch) < q.cfg.Max; i++ {
 		next := q.queue[i]
 		if next.Abandoned() {
 			continue
 		}
-		if len(batch) > 0 && q.fits != nil && !q.fits(batch, next) {
+		if len(batch) > 0 && q.cfg.Fits != nil && !q.cfg.Fits(batch, next) {
 			break
 		}
 		batch = append(batch, next)
