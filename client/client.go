@@ -388,8 +388,6 @@ func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Respons
 	if err := ctx.Err(); err != nil {
 		return unavailable(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.s.timeout)
-	defer cancel()
 	return c.s.do(ctx, body, out)
 }
 

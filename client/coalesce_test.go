@@ -278,6 +278,41 @@ func TestCoalescedCallerCancelled(t *testing.T) {
 	})
 }
 
+// TestQueuedCallTimesOut queues a call behind an RPC that is held: once
+// the client's timeout has passed, the call answers ErrUnavailable
+// wrapping context.DeadlineExceeded, and it is never sent afterwards.
+func TestQueuedCallTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newInProcess(t)
+		c := p.client(t)
+		eng := engine.New(c)
+		step := func(cmd engine.Command) *engine.Request {
+			return &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{cmd}}}}
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = eng.Do(t.Context(), step(engine.Incr("first", 1, 60_000))) })
+		synctest.Wait()
+
+		start := time.Now()
+		_, err := eng.Do(t.Context(), step(engine.Incr("late", 1, 60_000)))
+		if !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the queued call: %v, want ErrUnavailable wrapping context.DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited != client.DefaultTimeout {
+			t.Errorf("the queued call gave up after %v, want the timeout, %v", waited, client.DefaultTimeout)
+		}
+		close(p.gate)
+		wg.Wait()
+		resp, err := eng.Do(t.Context(), step(engine.Get("late")))
+		if err != nil || resp.Steps[0].Results[0].Found {
+			t.Errorf("the timed-out call's key: %+v, %v; want never written", resp, err)
+		}
+		if p.rpcs.Load() != 2 || p.envs.Load() != 0 {
+			t.Errorf("%d RPCs and %d envelopes, want the first call's and the read's RPCs alone", p.rpcs.Load(), p.envs.Load())
+		}
+	})
+}
+
 // TestCoalescingFallsBack plays a server without envelopes: its 404 sends
 // the envelope's calls alone, answered as usual, and the client sends
 // every later call alone; a ping without the feature does the same.
