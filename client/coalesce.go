@@ -140,8 +140,7 @@ func (s *shared) rpcWithin(ctx context.Context, body []byte, out *engine.Respons
 }
 
 // getTimer returns a running timer that fires after the client's timeout,
-// from the coalescer's pool. A stopped timer's channel holds no stale
-// value (Go 1.23 and later), so one is reused by Reset alone.
+// from the coalescer's pool.
 func (s *shared) getTimer() *time.Timer {
 	if t, ok := s.co.timers.Get().(*time.Timer); ok {
 		t.Reset(s.timeout)
@@ -150,9 +149,17 @@ func (s *shared) getTimer() *time.Timer {
 	return time.NewTimer(s.timeout)
 }
 
-// putTimer stops t and returns it to the pool.
+// putTimer stops t and returns it to the pool. Since Go 1.23 a stopped
+// timer's channel holds no stale value; a program that asks for the older
+// timers (GODEBUG asynctimerchan=1) may find one there, which would end
+// the next wait at once, so it is drained.
 func (s *shared) putTimer(t *time.Timer) {
-	t.Stop()
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
 	s.co.timers.Put(t)
 }
 
