@@ -33,7 +33,10 @@ type Config struct {
 	// Group, when set, leaves the configuration out of a run that names
 	// none: it runs when named, or with its group (see Select).
 	Group string
-	start func(ctx context.Context, o Options) (instance, error)
+	// sluice marks Sluice's own configurations, those Options.SluiceProcs
+	// applies to.
+	sluice bool
+	start  func(ctx context.Context, o Options) (instance, error)
 }
 
 // The configurations, in the order the harness runs them in each round.
@@ -74,9 +77,9 @@ func Configs() []Config {
 		{Name: GRPCFloor, Title: "bare gRPC: unary health check", PerCall: 1, start: startGRPCFloor},
 		{Name: Guber1, Title: "gubernator v2, in memory, 1 check per call", PerCall: 1, start: startGuber(1)},
 		{Name: Guber100, Title: "gubernator v2, in memory, 100 checks per call", PerCall: guberBatch, start: startGuber(guberBatch)},
-		{Name: Sluice1, Title: "Sluice, durable (fsync always), 1 win.hit per call, the default client (concurrent calls coalesced)", PerCall: 1, start: startSluice(1, 1, true)},
-		{Name: Sluice1Single, Title: "Sluice, durable (fsync always), 1 win.hit per call, each call its own RPC", PerCall: 1, start: startSluice(1, 1, false)},
-		{Name: Sluice32, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per call", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds, true)},
+		{Name: Sluice1, sluice: true, Title: "Sluice, durable (fsync always), 1 win.hit per call, the default client (concurrent calls coalesced)", PerCall: 1, start: startSluice(1, 1, true)},
+		{Name: Sluice1Single, sluice: true, Title: "Sluice, durable (fsync always), 1 win.hit per call, each call its own RPC", PerCall: 1, start: startSluice(1, 1, false)},
+		{Name: Sluice32, sluice: true, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per call", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds, true)},
 		admissionConfig(AdmOff, "admission off", admissionMode{}),
 		admissionConfig(AdmOn, "admission on, one non-fair family", admissionMode{on: true}),
 		admissionConfig(AdmOffIDs, "admission off, each caller sending a source (with its tiers) and a principal of its own", admissionMode{identities: true}),
@@ -96,7 +99,7 @@ func admissionConfig(name, title string, adm admissionMode) Config {
 	if adm.mem {
 		store = "memstore"
 	}
-	return Config{Name: name, Title: "Sluice, " + store + ", 1 win.hit per RPC, " + title, PerCall: 1, Group: Admission, start: startSluiceAdmission(1, 1, false, adm)}
+	return Config{Name: name, sluice: true, Title: "Sluice, " + store + ", 1 win.hit per RPC, " + title, PerCall: 1, Group: Admission, start: startSluiceAdmission(1, 1, false, adm)}
 }
 
 // Select returns the configurations named in a comma-separated list of

@@ -3,6 +3,7 @@ package rpcbench
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -145,6 +146,41 @@ func TestAllocationProfiles(t *testing.T) {
 	for name, b := range map[string][]byte{"base": base.Bytes(), "end": end.Bytes()} {
 		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("%s profile: %d bytes, not gzipped", name, len(b))
+		}
+	}
+}
+
+// TestSluiceProcs checks that Options.SluiceProcs sets GOMAXPROCS for
+// Sluice's configurations alone, from their start to the end of their
+// measurement, and gives the process's back after; and that exactly
+// Sluice's configurations are marked as such.
+func TestSluiceProcs(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	want := procs + 1
+	for _, sluice := range []bool{true, false} {
+		var atStart int
+		cfg := Config{Name: "counting", PerCall: 1, sluice: sluice, start: func(context.Context, Options) (instance, error) {
+			atStart = runtime.GOMAXPROCS(0)
+			return &countingSystem{}, nil
+		}}
+		r, err := Measure(t.Context(), cfg, Options{Clients: 2, Calls: 10, SluiceProcs: want})
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect := procs
+		if sluice {
+			expect = want
+		}
+		if atStart != expect || r.Procs != expect {
+			t.Errorf("sluice %v: GOMAXPROCS %d at the start and %d at the end of the measurement, want %d", sluice, atStart, r.Procs, expect)
+		}
+		if got := runtime.GOMAXPROCS(0); got != procs {
+			t.Fatalf("GOMAXPROCS %d after the measurement, want the process's %d back", got, procs)
+		}
+	}
+	for _, c := range Configs() {
+		if own := strings.HasPrefix(c.Name, "sluice-") || strings.HasPrefix(c.Name, "adm-"); c.sluice != own {
+			t.Errorf("%s: marked as Sluice's %v, want %v", c.Name, c.sluice, own)
 		}
 	}
 }

@@ -55,6 +55,13 @@ type Options struct {
 	// (go tool trace; its -pprof=sync and -pprof=syscall views show where
 	// calls wait).
 	Trace io.Writer
+	// SluiceProcs, when positive, is GOMAXPROCS while a Sluice
+	// configuration is started, driven and stopped; the peers and the
+	// floors run at the process's. It lets each system be measured at its
+	// own best setting: Sluice's server over fsync always does better with
+	// a processor more than cores at 32 decisions per call, gubernator
+	// worse (docs/operations.md, "Processors and the log's fsync").
+	SluiceProcs int
 	// AllocsBase and Allocs, when set, receive the allocation profile as
 	// it stands at the start of the measured time and at its end, each
 	// after a garbage collection: go tool pprof -base on the two shows what
@@ -89,6 +96,8 @@ type Result struct {
 	// after each included); zero for systems without one.
 	WALSyncs, WALBytes uint64
 	WALSyncTime        time.Duration
+	// Procs is GOMAXPROCS during the measurement.
+	Procs int
 	// FirstErr is the first error met, if any.
 	FirstErr error
 }
@@ -230,6 +239,9 @@ func Measure(ctx context.Context, cfg Config, o Options) (Result, error) {
 	if o.Keys < 1 {
 		o.Keys = DefaultKeys
 	}
+	if cfg.sluice && o.SluiceProcs > 0 {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(o.SluiceProcs))
+	}
 	runtime.GC() // start from a clean heap, not the previous configuration's
 	inst, err := cfg.start(ctx, o)
 	if err != nil {
@@ -367,7 +379,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
 		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: cpu,
 		WALSyncs: wal.syncs, WALBytes: wal.bytes, WALSyncTime: time.Duration(wal.syncNanos),
-		FirstErr: firstErr,
+		Procs: runtime.GOMAXPROCS(0), FirstErr: firstErr,
 	}
 	return res, ctx.Err()
 }

@@ -39,6 +39,7 @@ func main() {
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
 		coalesce = flag.Int("coalesce", 0, "RPCs Sluice's client has in flight before it coalesces calls into envelopes (client.Config.Coalesce; 0: the client's default)")
 		memtable = flag.Int("memtable", 0, "the durable store's Pebble memtable size in MiB (diskstore.Config.MemTableBytes; 0: the store's default)")
+		procs    = flag.Int("sluice-procs", 0, "GOMAXPROCS while a Sluice configuration runs; the peers and floors keep the process's (0: the process's for all)")
 		tracePfx = flag.String("trace", "", "after the rounds, trace one more measurement of each configuration into `prefix`-NAME.trace (go tool trace; not counted in the medians)")
 		profile  = flag.String("cpuprofile", "", "after the rounds, profile one more measurement of each configuration into `prefix`-NAME.pprof (not counted in the medians)")
 		allocs   = flag.String("allocprofile", "", "after the rounds, write the allocation profile at the start and the end of one more measurement of each configuration into `prefix`-NAME.base.pprof and prefix-NAME.pprof (go tool pprof -base; not counted in the medians)")
@@ -56,7 +57,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer), Coalesce: *coalesce}
+	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer), Coalesce: *coalesce, SluiceProcs: *procs}
+	if *procs < 0 {
+		fmt.Fprintln(os.Stderr, "rpcbench: -sluice-procs must be 0 or more")
+		os.Exit(2)
+	}
 	if err := (client.Config{HTTPVersion: opts.HTTPVersion, Coalesce: opts.Coalesce, Off: true}).Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "rpcbench: -http, -coalesce:", err)
 		os.Exit(2)
@@ -80,6 +85,9 @@ func main() {
 	if policy != diskstore.SyncAlways {
 		fmt.Printf("NOTE: fsync %s is not the durable configuration the aims are set for.\n\n", policy)
 	}
+	if *procs > 0 {
+		fmt.Printf("NOTE: Sluice's configurations run at GOMAXPROCS %d, the others at %d.\n\n", *procs, runtime.GOMAXPROCS(0))
+	}
 	for _, c := range cfgs {
 		fmt.Printf("- %s: %s\n", c.Name, c.Title)
 	}
@@ -100,9 +108,9 @@ func main() {
 				continue
 			}
 			sum.Add(round, r)
-			line := fmt.Sprintf("round %d %-15s %10.0f calls/s %12.0f decisions/s  p50 %7.2f ms  p99 %7.2f ms  cpu %6.1f µs/decision %.2f cores  errors %d  denied %d  load %s",
+			line := fmt.Sprintf("round %d %-15s %10.0f calls/s %12.0f decisions/s  p50 %7.2f ms  p99 %7.2f ms  cpu %6.1f µs/decision %.2f cores  errors %d  denied %d  load %s  procs %d",
 				round+1, c.Name, r.CallsPerSec(), r.DecisionsPerSec(), ms(r.P50), ms(r.P99),
-				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg())
+				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg(), r.Procs)
 			if r.WALSyncs > 0 {
 				line += fmt.Sprintf("  WAL fsyncs %.0f/s, %.1f calls each, %.0f µs each (busy %.0f %%), %.0f bytes per decision",
 					float64(r.WALSyncs)/r.Elapsed.Seconds(), r.CallsPerWALSync(), float64(r.WALSyncMean().Microseconds()), 100*r.WALSyncBusy(), r.WALBytesPerDecision())
