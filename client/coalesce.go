@@ -89,6 +89,17 @@ type pending struct {
 	err    error
 	done   chan struct{}
 	gaveUp atomic.Bool // the caller's wait timed out
+	// cancel ends the call's RPC when it is sent alone (see sendAlone).
+	cancel atomic.Pointer[context.CancelFunc]
+}
+
+// giveUp marks the call given up at its timeout: no batch takes it from
+// then on, and its RPC, if it was sent alone, ends.
+func (p *pending) giveUp() {
+	p.gaveUp.Store(true)
+	if cancel := p.cancel.Load(); cancel != nil {
+		(*cancel)()
+	}
 }
 
 // Abandoned reports that the caller gave up waiting.
@@ -126,7 +137,7 @@ func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) erro
 	case <-ctx.Done():
 		return unavailable(ctx.Err())
 	case <-t.C:
-		p.gaveUp.Store(true)
+		p.giveUp()
 		return unavailable(context.DeadlineExceeded)
 	}
 }
@@ -186,12 +197,27 @@ func (s *shared) send(batch []*pending) {
 	}
 	var wg sync.WaitGroup
 	for _, p := range batch {
-		wg.Go(func() {
-			p.err = s.rpcWithin(p.ctx, p.body, &p.resp)
-			close(p.done)
-		})
+		wg.Go(func() { s.sendAlone(p) })
 	}
 	wg.Wait()
+}
+
+// sendAlone sends a queued call as an RPC of its own and answers it. The
+// RPC ends when the caller gives up: at the caller's context, or at the
+// client's timeout from when the call was made, which its caller's timer
+// measures, not from when it was sent.
+func (s *shared) sendAlone(p *pending) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	// The caller gives up by setting gaveUp and then loading cancel; the
+	// atomics are sequentially consistent, so either it sees cancel or
+	// this sees gaveUp.
+	p.cancel.Store(&cancel)
+	if p.gaveUp.Load() {
+		cancel()
+	}
+	p.err = s.rpc(ctx, p.body, &p.resp)
+	close(p.done)
 }
 
 // answerOf maps one answer of an envelope to what the call it answers

@@ -313,6 +313,64 @@ func TestQueuedCallTimesOut(t *testing.T) {
 	})
 }
 
+// hangingRPCs holds the first RPC until release is closed and then fails
+// it; every later RPC hangs until its request's context ends, and reports
+// when that was on ended.
+type hangingRPCs struct {
+	release chan struct{}
+	ended   chan time.Time
+	rpcs    atomic.Int64
+}
+
+func (h *hangingRPCs) RoundTrip(r *http.Request) (*http.Response, error) {
+	if h.rpcs.Add(1) == 1 {
+		<-h.release
+		return nil, errors.New("the first RPC failed")
+	}
+	<-r.Context().Done()
+	h.ended <- time.Now()
+	return nil, r.Context().Err()
+}
+
+// TestQueuedCallSentAloneEndsAtItsTimeout queues a call behind an RPC that
+// is held, lets that RPC end after half the timeout, and holds the queued
+// call's own RPC, sent alone: it ends when its caller gives up, at the
+// timeout from when the call was made, not a timeout after it was sent.
+func TestQueuedCallSentAloneEndsAtItsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &hangingRPCs{release: make(chan struct{}), ended: make(chan time.Time, 1)}
+		eng := engine.New(oneInFlight(t, h))
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = eng.Do(t.Context(), one(engine.Incr("first", 1, 60_000))) })
+		synctest.Wait()
+
+		start := time.Now()
+		var err error
+		var returned time.Time
+		wg.Go(func() {
+			_, err = eng.Do(t.Context(), one(engine.Incr("queued", 1, 60_000)))
+			returned = time.Now()
+		})
+		time.Sleep(client.DefaultTimeout / 2)
+		close(h.release)
+		ended := <-h.ended
+		wg.Wait()
+
+		if h.rpcs.Load() != 2 {
+			t.Fatalf("%d RPCs, want the first and the queued call sent alone", h.rpcs.Load())
+		}
+		if !errors.Is(err, client.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the queued call: %v, want ErrUnavailable wrapping context.DeadlineExceeded", err)
+		}
+		if got := returned.Sub(start); got != client.DefaultTimeout {
+			t.Errorf("the queued call returned after %v, want the timeout, %v", got, client.DefaultTimeout)
+		}
+		if got := ended.Sub(start); got != client.DefaultTimeout {
+			t.Errorf("the queued call's RPC ended %v after the call was made, want the timeout, %v", got, client.DefaultTimeout)
+		}
+	})
+}
+
 // TestCoalescingFallsBack plays a server without envelopes: its 404 sends
 // the envelope's calls alone, answered as usual, and the client sends
 // every later call alone; a ping without the feature does the same.
