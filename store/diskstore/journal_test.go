@@ -73,8 +73,17 @@ func TestCheckpointWritesEachRowOnce(t *testing.T) {
 // power loss would leave it, with commits in the journal that no
 // checkpoint has written, and checks that the copy opens with every
 // acknowledged change in its rows and an empty journal, replay records
-// included.
+// included: with the journal rows in the log and the memtable only, and
+// flushed to tables.
 func TestJournalAppliedOnOpen(t *testing.T) {
+	for _, flushed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flushed=%v", flushed), func(t *testing.T) {
+			testJournalAppliedOnOpen(t, flushed)
+		})
+	}
+}
+
+func testJournalAppliedOnOpen(t *testing.T, flushed bool) {
 	s, cfg, fs := openCrashable(t)
 	for i := range 20 {
 		apply(t, s, fmt.Sprintf("p%d", i%4), engine.Incr("n", 1, 3_600_000))
@@ -92,6 +101,11 @@ func TestJournalAppliedOnOpen(t *testing.T) {
 	}
 	if n := countRows(t, s, []byte{nsJournal}); n == 0 {
 		t.Fatal("nothing in the journal before the copy: the test would prove nothing")
+	}
+	if flushed {
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	c := cfg
