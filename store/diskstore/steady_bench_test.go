@@ -39,7 +39,11 @@ func BenchmarkSteadyRequests(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	defer func() {
+		if err := s.Close(); err != nil {
+			b.Error(err)
+		}
+	}()
 	eng := engine.New(s)
 	hashed := func(name string) string {
 		sum := sha256.Sum256([]byte(name))
@@ -49,9 +53,9 @@ func BenchmarkSteadyRequests(b *testing.B) {
 	for i := range parts {
 		parts[i] = hashed("partition-" + strconv.Itoa(i))
 	}
-	var hits []engine.Command
-	for i := range perPartition {
-		hits = append(hits, engine.Hit(1, engine.Window{Key: hashed("key-" + strconv.Itoa(i)), Kind: algo.KindGCRA, Limit: 1_000_000, WindowMs: 60_000}))
+	keys := make([]string, perPartition)
+	for i := range keys {
+		keys[i] = hashed("key-" + strconv.Itoa(i))
 	}
 
 	request := func(ctx context.Context, rng *rand.Rand, req *engine.Request) error {
@@ -63,10 +67,13 @@ func BenchmarkSteadyRequests(b *testing.B) {
 		_, err := eng.Do(ctx, req)
 		return err
 	}
-	newRequest := func() *engine.Request {
+	newRequest := func() *engine.Request { // one per writer: nothing shared
 		req := &engine.Request{Mode: engine.All, Steps: make([]engine.Step, steps)}
 		for i := range req.Steps {
-			req.Steps[i].Commands = hits
+			for _, k := range keys {
+				req.Steps[i].Commands = append(req.Steps[i].Commands,
+					engine.Hit(1, engine.Window{Key: k, Kind: algo.KindGCRA, Limit: 1_000_000, WindowMs: 60_000}))
+			}
 		}
 		return req
 	}
