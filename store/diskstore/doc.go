@@ -112,8 +112,8 @@
 // disk only when a step is retried); past it the least recently used idle
 // partition is evicted, and a partition idle for Config.IdleTimeout is
 // evicted by the background loop. An evicted partition is reloaded on its
-// next batch with one prefix scan of its records and one seek in each
-// minute that may hold some of its replay records. A fixed 4 MiB Bloom
+// next batch with one prefix scan of its records and a seek in each
+// second of each minute that may hold some of its replay records. A fixed 4 MiB Bloom
 // filter of the partitions that have rows on disk lets a partition never
 // written skip those reads; eight more, of 512 KiB each, one per minute,
 // of the partitions that may have replay records expiring in it, let a
@@ -145,9 +145,10 @@
 // checks each record's expiry again before deleting it, so a record renewed
 // since survives, and a partition nobody touches shrinks to nothing on disk
 // within about a minute of its last record's expiry. Replay records carry
-// no index entries: they are kept by the minute their expiry falls in, and
-// the sweep deletes each minute's with one range deletion once it has
-// passed. The sweep's deletes are not fsynced: one lost to a crash is
+// no index entries: they are kept by the minute their expiry falls in, in
+// the order of their expiry (so Pebble moves them down its levels rather
+// than merging them again and again), and the sweep deletes each minute's
+// with one range deletion once it has passed. The sweep's deletes are not fsynced: one lost to a crash is
 // redone by a later pass.
 //
 // # Time
@@ -160,11 +161,12 @@
 //
 // The key layout is described in layout.go. A format version is written
 // when a store is created and checked when it is opened. A directory of
-// version 2 (before the journal) is opened as version 4 with an empty
-// journal, and one of version 3 (before the journal's opSetRecord) as
-// version 4; one of version 1 (before the index by minute) is migrated
-// when it is opened, in one pass over its records; a directory of another
-// version, or a Pebble database that is not a store, is refused with an
-// error wrapping ErrFormat. A build that reads version 2 or 3 refuses a
-// directory of version 4.
+// versions 2 to 4 (before the journal, before the journal's opSetRecord,
+// and before replay records were kept in the order of their expiry) is
+// opened as version 5: its journal is applied, then its live replay
+// records are moved, in one pass over them. One of version 1 (before the
+// index by minute) is migrated when it is opened, in one pass over its
+// records. A directory of another version, or a Pebble database that is
+// not a store, is refused with an error wrapping ErrFormat. A build that
+// reads versions 2 to 4 refuses a directory of version 5.
 package diskstore

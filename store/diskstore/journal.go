@@ -162,9 +162,9 @@ func (s *Store) pending(p *partition, ops []byte) {
 // index of the replay rows they set. Resetting the ops resets the index.
 type pendingOps struct {
 	ops []byte
-	// replays maps the fingerprint (seeded, the store's) of the Pebble
-	// key of each replay row that ops[:indexed] sets to the offset of the
-	// last op setting it. Lookups build it (see findReplay), so a commit
+	// replays maps the fingerprint (replayPrint) of the Pebble key of
+	// each replay row that ops[:indexed] sets to the offset of the last op
+	// setting it. Lookups build it (see findReplay), so a commit
 	// pays nothing for it, and a retry on a busy partition reads each op
 	// once, however many retries come, rather than every op each time.
 	replays map[uint64]int
@@ -185,27 +185,27 @@ func (o *pendingOps) reset(buf []byte) {
 }
 
 // findReplay returns the value of the last op in o that sets the replay
-// row rk, which aliases o.ops. It first indexes the ops committed since
-// the last lookup.
+// row rk, in whatever slice of rk's bucket (see sameReplay). It first
+// indexes the ops committed since the last lookup.
 func (o *pendingOps) findReplay(rk []byte, seed maphash.Seed) ([]byte, bool, error) {
 	for o.indexed < len(o.ops) {
 		op, k, _, rest, err := nextOp(o.ops[o.indexed:])
 		if err != nil {
 			return nil, false, err
 		}
-		if op == opSet && len(k) > 0 && k[0] == nsReplay {
+		if op == opSet && len(k) >= replayHead && k[0] == nsReplay {
 			if o.replays == nil {
 				o.replays = make(map[uint64]int)
 			}
-			o.replays[maphash.Bytes(seed, k)] = o.indexed
+			o.replays[replayPrint(seed, k)] = o.indexed
 		}
 		o.indexed = len(o.ops) - len(rest)
 	}
-	at, ok := o.replays[maphash.Bytes(seed, rk)]
+	at, ok := o.replays[replayPrint(seed, rk)]
 	if !ok {
 		return nil, false, nil
 	}
-	if _, k, v, _, err := nextOp(o.ops[at:]); err != nil || bytes.Equal(k, rk) {
+	if _, k, v, _, err := nextOp(o.ops[at:]); err != nil || sameReplay(k, rk) {
 		return v, err == nil, err
 	}
 	// Another replay row's key shares rk's fingerprint (64 bits, seeded:
@@ -213,7 +213,8 @@ func (o *pendingOps) findReplay(rk []byte, seed maphash.Seed) ([]byte, bool, err
 	return scanReplay(o.ops, rk)
 }
 
-// scanReplay returns the value of the last op in ops that sets rk.
+// scanReplay returns the value of the last op in ops that sets rk, in
+// whatever slice of rk's bucket.
 func scanReplay(ops, rk []byte) ([]byte, bool, error) {
 	var found []byte
 	ok := false
@@ -222,7 +223,7 @@ func scanReplay(ops, rk []byte) ([]byte, bool, error) {
 		if err != nil {
 			return nil, false, err
 		}
-		if op == opSet && bytes.Equal(k, rk) {
+		if op == opSet && sameReplay(k, rk) {
 			found, ok = v, true
 		}
 		ops = rest
@@ -230,9 +231,9 @@ func scanReplay(ops, rk []byte) ([]byte, bool, error) {
 	return found, ok, nil
 }
 
-// pendingReplay returns the value of the replay row rk among the rows p
-// holds for a checkpoint, the latest if several set it; the value aliases
-// p's buffers. The caller holds p.mu.
+// pendingReplay returns the value of the replay row rk (in whatever slice
+// of its bucket) among the rows p holds for a checkpoint, the latest if
+// several set it; the value aliases p's buffers. The caller holds p.mu.
 func pendingReplay(p *partition, rk []byte, seed maphash.Seed) ([]byte, bool, error) {
 	for _, o := range [2]*pendingOps{&p.pend, &p.flushing} { // newest first
 		if v, ok, err := o.findReplay(rk, seed); err != nil || ok {
@@ -510,7 +511,7 @@ func (s *Store) checkpointRows(ck *ckptBuf, p *partition, ops []byte, ended int6
 		case len(k) == 0:
 			return fmt.Errorf("%w: journal op with an empty key", engine.ErrCorrupt)
 		case k[0] == nsReplay:
-			b, _, _, err := parseReplayKey(k)
+			b, _, _, _, err := parseReplayKey(k)
 			if err != nil {
 				return err
 			}
@@ -592,8 +593,11 @@ func (s *Store) recoverJournal(now int64) error {
 				}
 				prefix = appendPartitionPrefix(prefix[:0], string(p))
 			}
-			if len(k) > 0 && k[0] == nsReplay && op == opSet {
-				if b, _, _, err := parseReplayKey(k); err != nil || b <= ended {
+			if len(k) > 0 && op == opSet && (k[0] == nsReplay || k[0] == nsReplayV4) {
+				// A journal of format 4 names "o" rows, which migrateReplays
+				// moves once the journal is applied.
+				b, err := replayRowBucket(k)
+				if err != nil || b <= ended {
 					continue // a bad key is never written; an ended bucket need not be
 				}
 			}
@@ -665,4 +669,21 @@ func (s *Store) writeRows(p *partition) bool {
 	p.pend = pendingOps{}
 	p.dirty.Store(false) // the checkpoint that takes p from s.dirty finds nothing
 	return true
+}
+
+// replayRowBucket returns the bucket of a replay row's key, of this format or
+// of format 4.
+func replayRowBucket(k []byte) (int64, error) {
+	if k[0] == nsReplayV4 {
+		b, _, _, err := parseReplayKeyV4(k)
+		return b, err
+	}
+	b, _, _, _, err := parseReplayKey(k)
+	return b, err
+}
+
+// replayPrint returns the fingerprint, with seed, of replay key k without
+// its slice (see sameReplay). k is at least replayHead bytes long.
+func replayPrint(seed maphash.Seed, k []byte) uint64 {
+	return maphash.Bytes(seed, k[replayHead:]) ^ binary.BigEndian.Uint64(k[1:])*0x9e3779b97f4a7c15
 }

@@ -515,7 +515,9 @@ func TestRetryReadsEachPendingOpOnce(t *testing.T) {
 // fingerprint is still found, and emptied ops leave no stale entries.
 func TestPendingReplayIndex(t *testing.T) {
 	seed := maphash.MakeSeed()
-	rk := func(key string) []byte { return appendReplayKey(nil, 7, "p", key) }
+	// Rows are written in the slice of their expiry; a lookup names slice 0.
+	slice := map[string]byte{"\x00a": 3, "\x00b": 59}
+	rk := func(key string) []byte { return appendReplayKey(nil, 7, slice[key], "p", key) }
 	var o pendingOps
 	o.ops = appendSetOp(o.ops, rk("\x00a"), []byte("a1"))
 	o.ops = appendSetOp(o.ops, appendRecordKey(nil, "p", "n"), []byte("record"))
@@ -523,7 +525,7 @@ func TestPendingReplayIndex(t *testing.T) {
 	o.ops = appendSetOp(o.ops, rk("\x00a"), []byte("a2"))
 	find := func(key, want string) {
 		t.Helper()
-		v, ok, err := o.findReplay(rk(key), seed)
+		v, ok, err := o.findReplay(appendReplayKey(nil, 7, 0, "p", key), seed)
 		if err != nil || ok != (want != "") || string(v) != want {
 			t.Fatalf("findReplay(%q) = %q, %v, %v; want %q", key, v, ok, err, want)
 		}
@@ -534,7 +536,7 @@ func TestPendingReplayIndex(t *testing.T) {
 
 	// "\x00b" shares "\x00a"'s fingerprint and was set after it: the
 	// index points at "\x00b"'s op, and the lookup of "\x00a" reads them all.
-	o.replays[maphash.Bytes(seed, rk("\x00a"))] = o.replays[maphash.Bytes(seed, rk("\x00b"))]
+	o.replays[replayPrint(seed, rk("\x00a"))] = o.replays[replayPrint(seed, rk("\x00b"))]
 	find("\x00a", "a2")
 
 	// Emptied and refilled, the buffer's old offsets mean nothing.

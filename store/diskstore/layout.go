@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// On-disk layout, format version 4.
+// On-disk layout, format version 5.
 //
 // Every Pebble key starts with a one-byte namespace:
 //
@@ -16,7 +16,8 @@ import (
 //	"r" u16be(len(p)) p k                  record k of partition p
 //	"e" u64be(b ^ 1<<63) u32be(seq) u16be(len(p)) p k
 //	                                       expiry index entry of that record
-//	"o" u64be(b ^ 1<<63) u16be(len(p)) p k replay record k of partition p
+//	"d" u64be(b ^ 1<<63) u8(slice) u16be(len(p)) p k
+//	                                       replay record k of partition p
 //	"j" u64be(n)                           journal row n (see journal.go)
 //
 // Meta keys:
@@ -66,13 +67,23 @@ import (
 // its expiry, and never before it.
 //
 // Replay records live in a namespace of their own, keyed by the bucket of
-// their expiry first and by partition within it, and have no index entries:
-// the sweep deletes every bucket that has ended with one range deletion. A
-// partition's replay records are found, when it is loaded, with one seek in
-// each bucket that has not yet ended (there are at most
-// engine.ReplayTTL/bucketMs + 1 of them). The engine's replay keys start
-// with a NUL byte, which no other record key does; a record of kind
-// engine.RecReplay under such a key is a replay record.
+// their expiry first, then by its slice (the second of the bucket it falls
+// in, 0 to replaySlices-1), then by partition, and have no index entries:
+// the sweep deletes every bucket that has ended with one range deletion.
+// Every replay record expires engine.ReplayTTL after it is written, so the
+// store writes them in key order: a flush's replay rows follow every row
+// already on disk, and Pebble moves them down its levels instead of merging
+// them, again and again, into the rows of their bucket written before (see
+// decision 0085). The namespace is the first of the keyspace, so that a
+// table spanning the newest replay rows and other namespaces spans no older
+// replay rows. A step retried after its record was checkpointed finds it
+// with a seek in each slice of the bucket its fingerprint is in; a
+// partition's replay records are found, when it is loaded, with a seek in
+// each slice of each bucket that has not ended and may hold some (see
+// replaymarks.go; there are at most engine.ReplayTTL/bucketMs + 1 such
+// buckets). The engine's replay keys start with a NUL byte, which no other
+// record key does; a record of kind engine.RecReplay under such a key is a
+// replay record.
 //
 // Version 3 added the journal and changed nothing else: a directory of
 // version 2 is one of version 3 with an empty journal, and is opened as
@@ -83,13 +94,27 @@ import (
 // nothing else: a directory of version 3 is opened as one of version 4
 // (its version rewritten before its journal is read), and version 3,
 // which could not read a journal holding the new op, refuses version 4.
-const formatVersion uint32 = 4
+//
+// Version 5 moved replay records from namespace "o", keyed
+// "o" u64be(b ^ 1<<63) u16be(len(p)) p k, to namespace "d", with the
+// slice after the bucket. Opening a directory of versions 2 to 4 applies
+// its journal (whose replay ops name "o" rows), moves the replay records of
+// the buckets that have not ended to "d", and then records version 5 (see
+// migrateReplays); version 4 refuses version 5.
+const formatVersion uint32 = 5
 
 // bucketMs is the width of an expiry bucket, in milliseconds. A record
 // whose expiry moves with every write (sliding, log and GCRA windows, pace
 // logs) gets a new index entry once a minute at most, and an expired record
 // stays on disk at most a minute and one sweep pass past its expiry.
 const bucketMs = 60_000
+
+// replaySliceMs is the width of a replay record's slice: the part of its
+// bucket its expiry falls in. There are replaySlices slices in a bucket.
+const (
+	replaySliceMs = 1_000
+	replaySlices  = bucketMs / replaySliceMs
+)
 
 // ErrFormat reports a data directory written in an on-disk format this
 // build does not read, or holding data that is not a Sluice store.
@@ -99,8 +124,10 @@ const (
 	nsMeta    = 'm'
 	nsRecord  = 'r'
 	nsIndex   = 'e'
-	nsReplay  = 'o'
+	nsReplay  = 'd'
 	nsJournal = 'j'
+	// nsReplayV4 held replay records up to format version 4.
+	nsReplayV4 = 'o'
 
 	recordHeader = 1 + 8 // kind + expireAt
 	bucketBytes  = 8
@@ -118,6 +145,13 @@ func bucketOf(t int64) int64 {
 		b++
 	}
 	return b
+}
+
+// sliceOf returns the slice of instant t within its bucket, bucketOf(t):
+// slice i holds the instants (b-1)·bucketMs + i·replaySliceMs + 1 to
+// (b-1)·bucketMs + (i+1)·replaySliceMs.
+func sliceOf(t int64) byte {
+	return byte((t - (bucketOf(t)-1)*bucketMs - 1) / replaySliceMs)
 }
 
 // lastEnded returns the last bucket that has ended at now: the greatest b
@@ -186,16 +220,19 @@ func parseJournalKey(jk []byte) (uint64, error) {
 func indexBound(b int64) []byte { return appendBucket(nil, nsIndex, b) }
 
 // appendReplayKey appends the Pebble key of replay record k of partition p,
-// expiring in bucket b.
-func appendReplayKey(dst []byte, b int64, p, k string) []byte {
-	return append(appendReplayPrefix(dst, b, p), k...)
+// expiring in slice sl of bucket b.
+func appendReplayKey(dst []byte, b int64, sl byte, p, k string) []byte {
+	return append(appendReplayPrefix(dst, b, sl, p), k...)
 }
 
 // appendReplayPrefix appends the prefix of partition p's replay records in
-// bucket b.
-func appendReplayPrefix(dst []byte, b int64, p string) []byte {
-	return appendPartition(appendBucket(dst, nsReplay, b), p)
+// slice sl of bucket b.
+func appendReplayPrefix(dst []byte, b int64, sl byte, p string) []byte {
+	return appendPartition(append(appendBucket(dst, nsReplay, b), sl), p)
 }
+
+// replayHead is the length of a replay key's namespace, bucket and slice.
+const replayHead = 1 + bucketBytes + 1
 
 // replayBound returns the smallest replay key of bucket b.
 func replayBound(b int64) []byte { return appendBucket(nil, nsReplay, b) }
@@ -255,16 +292,38 @@ func parseIndexKey(dst, xk []byte) (b int64, rk []byte, err error) {
 }
 
 // parseReplayKey splits a replay record's Pebble key into its bucket,
-// partition and key. p and k alias ok.
-func parseReplayKey(ok []byte) (b int64, p, k []byte, err error) {
-	if len(ok) < 1+bucketBytes || ok[0] != nsReplay {
-		return 0, nil, nil, fmt.Errorf("%w: replay key %q", engine.ErrCorrupt, ok)
+// slice, partition and key. p and k alias ok.
+func parseReplayKey(ok []byte) (b int64, sl byte, p, k []byte, err error) {
+	if len(ok) < replayHead || ok[0] != nsReplay || ok[replayHead-1] >= replaySlices {
+		return 0, 0, nil, nil, fmt.Errorf("%w: replay key %q", engine.ErrCorrupt, ok)
+	}
+	p, k, valid := parsePartition(ok[replayHead:])
+	if !valid {
+		return 0, 0, nil, nil, fmt.Errorf("%w: replay key %q", engine.ErrCorrupt, ok)
+	}
+	return int64(binary.BigEndian.Uint64(ok[1:]) ^ flipSign), ok[replayHead-1], p, k, nil
+}
+
+// parseReplayKeyV4 splits a replay record's Pebble key of format versions 2
+// to 4 ("o" u64be(b ^ 1<<63) u16be(len(p)) p k) into its bucket, partition
+// and key. p and k alias ok.
+func parseReplayKeyV4(ok []byte) (b int64, p, k []byte, err error) {
+	if len(ok) < 1+bucketBytes || ok[0] != nsReplayV4 {
+		return 0, nil, nil, fmt.Errorf("%w: format 4 replay key %q", engine.ErrCorrupt, ok)
 	}
 	p, k, valid := parsePartition(ok[1+bucketBytes:])
 	if !valid {
-		return 0, nil, nil, fmt.Errorf("%w: replay key %q", engine.ErrCorrupt, ok)
+		return 0, nil, nil, fmt.Errorf("%w: format 4 replay key %q", engine.ErrCorrupt, ok)
 	}
 	return int64(binary.BigEndian.Uint64(ok[1:]) ^ flipSign), p, k, nil
+}
+
+// sameReplay reports whether replay keys a and b name the same record in
+// the same bucket, whatever their slices: a retried step knows its
+// record's bucket (from its fingerprint) but not its slice.
+func sameReplay(a, b []byte) bool {
+	return len(a) >= replayHead && len(b) >= replayHead &&
+		string(a[:replayHead-1]) == string(b[:replayHead-1]) && string(a[replayHead:]) == string(b[replayHead:])
 }
 
 // appendValue appends the encoding of rec as a record value.

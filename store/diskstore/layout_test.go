@@ -84,22 +84,59 @@ func TestIndexKeysSortByBucket(t *testing.T) {
 func TestReplayKeys(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b1, b2 := rapid.Int64().Draw(t, "b1"), rapid.Int64().Draw(t, "b2")
+		s1, s2 := rapid.ByteMax(replaySlices-1).Draw(t, "s1"), rapid.ByteMax(replaySlices-1).Draw(t, "s2")
 		p1, k1, p2, k2 := name(t, "p1"), name(t, "k1"), name(t, "p2"), name(t, "k2")
-		o1, o2 := appendReplayKey(nil, b1, p1, k1), appendReplayKey(nil, b2, p2, k2)
+		o1, o2 := appendReplayKey(nil, b1, s1, p1, k1), appendReplayKey(nil, b2, s2, p2, k2)
 		if b1 < b2 && bytes.Compare(o1, o2) >= 0 {
 			t.Fatalf("a replay key of bucket %d sorts after one of %d", b1, b2)
+		}
+		if b1 == b2 && s1 < s2 && bytes.Compare(o1, o2) >= 0 {
+			t.Fatalf("a replay key of slice %d sorts after one of slice %d in the same bucket", s1, s2)
 		}
 		if b1 < b2 && bytes.Compare(o1, replayBound(b2)) >= 0 {
 			t.Fatalf("a replay key of bucket %d is not below the bound of %d", b1, b2)
 		}
-		// A partition's prefix in a bucket covers exactly its replay
-		// records of that bucket.
-		if bytes.HasPrefix(o2, appendReplayPrefix(nil, b1, p1)) != (b1 == b2 && p1 == p2) {
-			t.Fatalf("the prefix of (%d, %q) covers the replay record (%d, %q, %q): %v", b1, p1, b2, p2, k2, b1 != b2 || p1 != p2)
+		// A partition's prefix in a slice covers exactly its replay
+		// records of that slice.
+		if bytes.HasPrefix(o2, appendReplayPrefix(nil, b1, s1, p1)) != (b1 == b2 && s1 == s2 && p1 == p2) {
+			t.Fatalf("the prefix of (%d, %d, %q) covers the replay record (%d, %d, %q, %q)", b1, s1, p1, b2, s2, p2, k2)
 		}
-		b, p, k, err := parseReplayKey(o1)
-		if err != nil || b != b1 || string(p) != p1 || string(k) != k1 {
-			t.Fatalf("parseReplayKey(%q) = %d, %q, %q, %v", o1, b, p, k, err)
+		if sameReplay(o1, o2) != (b1 == b2 && p1 == p2 && k1 == k2) {
+			t.Fatalf("sameReplay(%q, %q) = %v", o1, o2, !(b1 == b2 && p1 == p2 && k1 == k2))
+		}
+		b, sl, p, k, err := parseReplayKey(o1)
+		if err != nil || b != b1 || sl != s1 || string(p) != p1 || string(k) != k1 {
+			t.Fatalf("parseReplayKey(%q) = %d, %d, %q, %q, %v", o1, b, sl, p, k, err)
+		}
+	})
+}
+
+// TestReplaySlices checks that sliceOf cuts each bucket into replaySlices
+// slices of replaySliceMs in order: the instants of a bucket that sort
+// later fall in the same or a later slice.
+func TestReplaySlices(t *testing.T) {
+	for _, tc := range []struct {
+		t    int64
+		want byte
+	}{
+		{1, 0}, {replaySliceMs, 0}, {replaySliceMs + 1, 1},
+		{bucketMs - 1, replaySlices - 1}, {bucketMs, replaySlices - 1}, {bucketMs + 1, 0},
+		{0, replaySlices - 1}, {-bucketMs + 1, 0}, {-1, replaySlices - 1},
+		{t0 + 180_000, byte((t0 + 180_000 - 1) % bucketMs / replaySliceMs)},
+	} {
+		if got := sliceOf(tc.t); got != tc.want {
+			t.Errorf("sliceOf(%d) = %d, want %d", tc.t, got, tc.want)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		a := rapid.Int64Range(-1<<50, 1<<50).Draw(t, "a")
+		b := a + rapid.Int64Range(0, 2*bucketMs).Draw(t, "d")
+		sa, sb := sliceOf(a), sliceOf(b)
+		if sa >= replaySlices || sb >= replaySlices {
+			t.Fatalf("sliceOf(%d), sliceOf(%d) = %d, %d: past the last slice", a, b, sa, sb)
+		}
+		if bucketOf(a) == bucketOf(b) && sa > sb {
+			t.Fatalf("sliceOf(%d) = %d after sliceOf(%d) = %d in one bucket", a, sa, b, sb)
 		}
 	})
 }

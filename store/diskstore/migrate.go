@@ -52,7 +52,7 @@ func (s *Store) migrateV1(now int64) error {
 			_ = pb.Delete(rk, nil)
 			dropped++
 		case isReplay(string(k), rec.Kind):
-			key = appendReplayKey(key[:0], b, string(p), string(k))
+			key = appendReplayKey(key[:0], b, sliceOf(rec.ExpireAt), string(p), string(k))
 			_ = pb.Set(key, v, nil)
 			_ = pb.Delete(rk, nil)
 			moved++
@@ -82,5 +82,53 @@ func (s *Store) migrateV1(now int64) error {
 	}
 	s.log.Info("diskstore: migrated the on-disk format to version 2", "dir", s.cfg.Dir,
 		"records", indexed, "replay_records", moved, "expired_dropped", dropped)
+	return nil
+}
+
+// migrateReplays turns a store of format versions 2 to 4, its journal
+// applied, into one of the current version, at the store's instant now: it
+// moves the replay records of the buckets that have not ended from
+// namespace "o" to "d", each into the slice of its expiry (see layout.go),
+// deletes the rest of "o", and then records the current version. Until
+// that last write the store still reads as the older version, and running
+// the migration again (after a crash part way) moves whatever "o" still
+// holds: a row moved twice is written the same both times.
+func (s *Store) migrateReplays(now int64) error {
+	pb := s.db.NewBatch()
+	moved := 0
+	var key []byte
+	err := s.scan(appendBucket(nil, nsReplayV4, lastEnded(now)+1), []byte{nsReplayV4 + 1}, func(ok, v []byte) error {
+		b, p, k, err := parseReplayKeyV4(ok)
+		if err != nil {
+			return err
+		}
+		rec, err := decodeValue(v)
+		if err != nil {
+			return err
+		}
+		key = appendReplayKey(key[:0], b, sliceOf(rec.ExpireAt), string(p), string(k))
+		_ = pb.Set(key, v, nil)
+		moved++
+		if pb.Count() >= migrateBatchRows {
+			if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+				return unavailable(err)
+			}
+			pb.Reset()
+		}
+		return nil
+	})
+	if err == nil {
+		_ = pb.DeleteRange([]byte{nsReplayV4}, []byte{nsReplayV4 + 1}, nil)
+		err = unavailable(s.db.Apply(pb, pebble.NoSync))
+	}
+	_ = pb.Close()
+	if err != nil {
+		return fmt.Errorf("moving the replay records of %s to format version %d: %w", s.cfg.Dir, formatVersion, err)
+	}
+	// The log is written in order: fsyncing the version fsyncs the rows.
+	if err := s.writeFormat(); err != nil {
+		return err
+	}
+	s.log.Info("diskstore: moved the replay records to format version 5", "dir", s.cfg.Dir, "replay_records", moved)
 	return nil
 }

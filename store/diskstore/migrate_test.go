@@ -1,6 +1,7 @@
 package diskstore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"log/slog"
@@ -49,7 +50,7 @@ func downgradeToV1(t *testing.T, dir string, partial bool) {
 			if partial {
 				continue
 			}
-			_, p, k, err := parseReplayKey(key)
+			_, _, p, k, err := parseReplayKey(key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -194,5 +195,109 @@ func checkMigrated(t *testing.T, s *Store) {
 	}
 	if n := countKeys(t, s, []byte{nsReplay}); n != 2 {
 		t.Errorf("%d replay records, want 2", n)
+	}
+}
+
+// TestFormat4ReplayRecordsMove opens a directory of format version 4 whose
+// replay records are where that version kept them, in namespace "o": one
+// in a row, one in a journal row an unclean stop left, and one in a bucket
+// that has ended. It checks that both live steps replay after opening
+// (their results as recorded, nothing charged), that the ended record is
+// gone with the rest of "o", and that the version is now the current one.
+func TestFormat4ReplayRecordsMove(t *testing.T) {
+	clock := testclock.At(t0)
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.Clock = clock
+	req := func(id string) *engine.Request {
+		return &engine.Request{OperationID: id, Steps: []engine.Step{
+			{Partition: "tenant", Commands: []engine.Command{engine.Incr("n", 1, 3_600_000)}},
+		}}
+	}
+	s, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := map[string]int64{}
+	for _, id := range []string{"ended", "in-a-row", "in-the-journal"} {
+		resp, err := engine.New(s).Do(t.Context(), req(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recorded[id] = resp.Steps[0].Results[0].Int
+		if id == "ended" {
+			clock.Advance(150 * time.Second) // its replay record's bucket ends before the others'
+		}
+	}
+	if err := s.Close(); err != nil { // a clean stop: every row written, the journal empty
+		t.Fatal(err)
+	}
+
+	// Rewrite the directory as version 4 left it.
+	db, err := pebble.Open(cfg.Dir, &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb := db.NewBatch()
+	iter, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{nsReplay}, UpperBound: []byte{nsReplay + 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for ok := iter.First(); ok; ok = iter.Next() {
+		b, _, p, k, err := parseReplayKey(iter.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v4 := append(appendPartition(appendBucket(nil, nsReplayV4, b), string(p)), k...)
+		if bytes.Contains(k, []byte("in-the-journal")) {
+			_ = pb.Set(appendJournalKey(nil, 1), appendSetOp(nil, v4, iter.Value()), nil)
+		} else {
+			_ = pb.Set(v4, iter.Value(), nil)
+		}
+		rows++
+	}
+	if err := iter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 3 {
+		t.Fatalf("%d replay rows after the three requests, want 3", rows)
+	}
+	_ = pb.DeleteRange([]byte{nsReplay}, []byte{nsReplay + 1}, nil)
+	_ = pb.Set(formatKey, encodeFormat(4), nil)
+	if err := pb.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.Advance(90 * time.Second) // "ended"'s bucket has ended, the others' not
+	s = openTest(t, cfg)
+	if n := countRows(t, s, []byte{nsReplayV4}); n != 0 {
+		t.Errorf("%d rows left in the format 4 replay namespace, want 0", n)
+	}
+	if n := countRows(t, s, []byte{nsReplay}); n != 2 {
+		t.Errorf("%d replay rows after opening, want 2 (the ended one dropped)", n)
+	}
+	v, closer, err := s.db.Get(formatKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if version, err := decodeFormat(v); err != nil || version != formatVersion {
+		t.Errorf("format version %d (%v) after opening, want %d", version, err, formatVersion)
+	}
+	_ = closer.Close()
+	for _, id := range []string{"in-a-row", "in-the-journal"} {
+		resp, err := engine.New(s).Do(t.Context(), req(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := resp.Steps[0]; !st.Replayed || st.Results[0].Int != recorded[id] {
+			t.Errorf("%s retried after opening: %+v, want the recorded %d, replayed", id, st, recorded[id])
+		}
+	}
+	if got := apply(t, s, "tenant", engine.Incr("n", 1, 3_600_000)).Results[0].Int; got != 4 {
+		t.Errorf("the counter reads %d after the retries and one more, want 4: a retry was charged", got)
 	}
 }

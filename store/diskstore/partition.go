@@ -327,7 +327,7 @@ func (s *Store) fillPresence(now int64) error {
 	}
 	lastBucket := int64(noBucket)
 	return s.scanKeys(replayBound(lastEnded(now)+1), []byte{nsReplay + 1}, func(key []byte) error {
-		b, p, _, err := parseReplayKey(key)
+		b, _, p, _, err := parseReplayKey(key)
 		if err != nil {
 			return err
 		}

@@ -2,8 +2,8 @@ package diskstore
 
 import (
 	"bytes"
-	"errors"
 	"hash/maphash"
+	"math"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -81,7 +81,7 @@ func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
 		if _, ok := bk.fps[fp]; !ok {
 			continue
 		}
-		rk := appendReplayKey(nil, bk.b, p.name, key)
+		rk := appendReplayKey(nil, bk.b, 0, p.name, key)
 		if v, ok, err := pendingReplay(p, rk, s.seed); err != nil || ok {
 			if err != nil {
 				return engine.Record{}, false, err
@@ -90,26 +90,60 @@ func (s *Store) replay(p *partition, key string) (engine.Record, bool, error) {
 			rec.Data = bytes.Clone(rec.Data) // v is in p's buffers
 			return rec, err == nil, err
 		}
-		v, closer, err := s.db.Get(rk)
-		if errors.Is(err, pebble.ErrNotFound) {
+		v, ok, err := s.readReplay(rk)
+		if err != nil {
+			return engine.Record{}, false, err
+		}
+		if !ok {
 			continue
 		}
-		if err != nil {
-			return engine.Record{}, false, unavailable(err)
-		}
 		rec, err := decodeValue(v)
-		rec.Data = bytes.Clone(rec.Data) // v dies with closer
-		_ = closer.Close()
 		return rec, err == nil, err
 	}
 	return engine.Record{}, false, nil
 }
 
+// readReplay reads the replay row rk from Pebble, in whichever slice of its
+// bucket holds it (rk's slice byte is overwritten), with a seek in each
+// slice from the first that has rows. The value returned is the caller's.
+func (s *Store) readReplay(rk []byte) ([]byte, bool, error) {
+	bucket := rk[:replayHead-1]
+	iter, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucket, UpperBound: prefixEnd(bucket)})
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	var v []byte
+	found := false
+	for sl := byte(0); sl < replaySlices; {
+		rk[replayHead-1] = sl
+		if !iter.SeekGE(rk) {
+			break // no row at or past rk in the bucket
+		}
+		k := iter.Key()
+		if bytes.Equal(k, rk) {
+			if v, err = iter.ValueAndErr(); err == nil {
+				v, found = bytes.Clone(v), true // v dies with the iterator
+			}
+			break
+		}
+		// The slices between sl and k's hold no rows.
+		sl = max(sl+1, k[replayHead-1])
+	}
+	if cerr := iter.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	return v, found, nil
+}
+
 // loadReplays reads the keys of p's replay records from the buckets that
-// have not ended at now and may hold some (see replaymarks.go), with one
-// seek in each; it opens no iterator for a partition marked in none. Once
-// the marks are spoilt it seeks in every bucket that has not ended, in
-// order, skipping from each bucket's rows of p to the next bucket's.
+// have not ended at now and may hold some (see replaymarks.go), with a seek
+// in each slice of each (skipping the slices that hold no rows at all); it
+// opens no iterator for a partition marked in none. Once the marks are
+// spoilt it seeks in every bucket that has not ended and holds rows, in
+// order.
 func (s *Store) loadReplays(p *partition, now int64) error {
 	ended := lastEnded(now)
 	var buf [replaySlots]int64
@@ -128,10 +162,29 @@ func (s *Store) loadReplays(p *partition, now int64) error {
 	var replays replaySet
 	var seek []byte
 	for i := 0; ; {
-		seek = appendReplayPrefix(seek[:0], b, p.name)
-		ok := iter.SeekGE(seek)
-		for ; ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
-			replays.add(maphash.Bytes(s.seed, iter.Key()[len(seek):]), b)
+		// p's rows in bucket b, slice by slice; next is the bucket of the
+		// row the iterator stopped at, past them.
+		next := b
+		for sl := byte(0); sl < replaySlices && next == b; {
+			seek = appendReplayPrefix(seek[:0], b, sl, p.name)
+			ok := iter.SeekGE(seek)
+			for ; ok && bytes.HasPrefix(iter.Key(), seek); ok = iter.Next() {
+				replays.add(maphash.Bytes(s.seed, iter.Key()[len(seek):]), b)
+			}
+			if !ok {
+				next = math.MaxInt64 // no rows past p's in any later slice or bucket
+				break
+			}
+			nb, nsl, _, _, err := parseReplayKey(iter.Key())
+			if err != nil {
+				_ = iter.Close()
+				return err
+			}
+			// The slices between sl and the iterator's hold no rows.
+			next, sl = nb, max(sl+1, nsl)
+		}
+		if next == math.MaxInt64 {
+			break
 		}
 		if !all {
 			if i++; i == len(buckets) {
@@ -139,16 +192,6 @@ func (s *Store) loadReplays(p *partition, now int64) error {
 			}
 			b = buckets[i]
 			continue
-		}
-		if !ok {
-			break
-		}
-		// The iterator is past p's rows of bucket b: in b, or in a later
-		// bucket.
-		next, _, _, err := parseReplayKey(iter.Key())
-		if err != nil {
-			_ = iter.Close()
-			return err
 		}
 		b = max(next, b+1)
 	}

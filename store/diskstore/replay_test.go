@@ -2,6 +2,7 @@ package diskstore
 
 import (
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"math"
 	"strings"
@@ -87,7 +88,7 @@ func TestReplayLookupReadsEveryCandidate(t *testing.T) {
 	const key = "\x00op\x00id\x000"
 	rec := engine.Record{Kind: engine.RecReplay, ExpireAt: t0 + 90_000, Data: []byte("recorded")}
 	older := bucketOf(rec.ExpireAt)
-	if err := s.db.Set(appendReplayKey(nil, older, "p", key), appendValue(nil, &rec), nil); err != nil {
+	if err := s.db.Set(appendReplayKey(nil, older, sliceOf(rec.ExpireAt), "p", key), appendValue(nil, &rec), nil); err != nil {
 		t.Fatal(err)
 	}
 	p := &partition{name: "p"}
@@ -144,5 +145,82 @@ func TestReplayReadFailureChangesNothing(t *testing.T) {
 	}
 	if out := apply(t, s, "p", engine.Get("n")); out.Results[0].Value != "1" {
 		t.Errorf("n = %q, want 1: the failed retry ran", out.Results[0].Value)
+	}
+}
+
+// TestRetriesReadEverySlice records steps on three partitions every 7
+// seconds for two minutes and a half, so that their replay records fall in
+// many slices of three buckets, interleaved with each other's and some
+// slices holding one partition's alone; then it evicts the partitions and
+// retries every step, with the replay marks trusted and spoilt. Every
+// retry must answer as recorded and charge nothing.
+func TestRetriesReadEverySlice(t *testing.T) {
+	clock := testclock.At(t0)
+	cfg := DefaultConfig()
+	cfg.Clock = clock
+	cfg.SweepInterval = 1 << 62
+	s := openTest(t, cfg)
+	eng := engine.New(s)
+	type call struct {
+		req  *engine.Request
+		want int64
+	}
+	var calls []call
+	charges := map[string]int64{}
+	for i := range 22 {
+		for j, p := range []string{"a", "b", "c"} {
+			if p == "b" && i%3 != 0 {
+				continue // b leaves slices to the others
+			}
+			req := &engine.Request{OperationID: fmt.Sprintf("op-%d-%d", i, j), Steps: []engine.Step{{
+				Partition: p, Commands: []engine.Command{engine.Incr("n", 1, 3_600_000)},
+			}}}
+			resp, err := eng.Do(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, call{req, resp.Steps[0].Results[0].Int})
+			charges[p]++
+		}
+		clock.Advance(7 * time.Second)
+	}
+	if n := countKeys(t, s, []byte{nsReplay}); n != len(calls) {
+		t.Fatalf("%d replay rows, want %d", n, len(calls))
+	}
+	slices := map[[2]int64]bool{}
+	if err := s.scanKeys([]byte{nsReplay}, []byte{nsReplay + 1}, func(key []byte) error {
+		b, sl, _, _, err := parseReplayKey(key)
+		slices[[2]int64{b, int64(sl)}] = true
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices) != 22 {
+		t.Fatalf("the replay rows are in %d slices, want 22: the test would not read across slices", len(slices))
+	}
+
+	for _, spoilt := range []bool{false, true} {
+		s.replayMarks.spoilt.Store(spoilt)
+		checkpoint(t, s)
+		s.evictIdle(math.MaxInt64, 1<<20)
+		for _, p := range []string{"a", "b", "c"} {
+			if resident(s, p) != nil {
+				t.Fatalf("partition %s was not evicted: the test would prove nothing", p)
+			}
+		}
+		for _, c := range calls {
+			resp, err := eng.Do(t.Context(), c.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Steps[0]; !got.Replayed || got.Results[0].Int != c.want {
+				t.Fatalf("spoilt %v: %s retried after a reload = %+v, want the recorded %d, replayed", spoilt, c.req.OperationID, got, c.want)
+			}
+		}
+	}
+	for p, n := range charges {
+		if got := apply(t, s, p, engine.Incr("n", 1, 3_600_000)).Results[0].Int; got != n+1 {
+			t.Errorf("partition %s's counter reads %d after %d charges, their retries and one more charge; want %d", p, got, n, n+1)
+		}
 	}
 }

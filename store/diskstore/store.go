@@ -161,11 +161,17 @@ func Open(cfg Config) (*Store, error) {
 		s.wal.close()
 		return nil, err
 	}
-	if err := s.checkFormat(); err != nil {
+	moveReplays, err := s.checkFormat()
+	if err != nil {
 		return fail(err)
 	}
 	if err := s.recoverJournal(engine.UnixMilli(s.clock)); err != nil {
 		return fail(fmt.Errorf("diskstore: applying the journal of %s: %w", cfg.Dir, err))
+	}
+	if moveReplays {
+		if err := s.migrateReplays(engine.UnixMilli(s.clock)); err != nil {
+			return fail(err)
+		}
 	}
 	if err := s.fillPresence(engine.UnixMilli(s.clock)); err != nil {
 		return fail(err)
@@ -187,8 +193,10 @@ func (s *Store) pebbleOptions() *pebble.Options {
 }
 
 // checkFormat writes the format version into a new store and checks it in
-// an existing one, migrating a store of version 1 (see migrate.go).
-func (s *Store) checkFormat() error {
+// an existing one, migrating a store of version 1 (see migrate.go). It
+// reports a store of versions 2 to 4, whose replay records Open moves once
+// their journal is applied (see migrateReplays).
+func (s *Store) checkFormat() (moveReplays bool, err error) {
 	v, closer, err := s.db.Get(formatKey)
 	switch {
 	case err == nil:
@@ -196,34 +204,35 @@ func (s *Store) checkFormat() error {
 		_ = closer.Close()
 		switch {
 		case derr != nil:
-			return derr
+			return false, derr
 		case version == formatVersion:
-			return nil
-		case version == 2 || version == 3:
-			// Version 3 is version 2 with a journal, and version 4 is
-			// version 3 with one more journal op (see layout.go).
-			return s.writeFormat()
+			return false, nil
+		case version >= 2 && version <= 4:
+			// Version 3 is version 2 with a journal, version 4 version 3
+			// with one more journal op, and version 5 version 4 with its
+			// replay records moved (see layout.go).
+			return true, nil
 		case version == 1:
-			return s.migrateV1(engine.UnixMilli(s.clock))
+			return false, s.migrateV1(engine.UnixMilli(s.clock))
 		}
-		return fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 to 3: "+
+		return false, fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 to 4: "+
 			"open it with a build that reads version %d, or move it aside to start with an empty store",
 			ErrFormat, s.cfg.Dir, version, formatVersion, version)
 	case !errors.Is(err, pebble.ErrNotFound):
-		return fmt.Errorf("%w: diskstore: reading the format version: %w", engine.ErrUnavailable, err)
+		return false, fmt.Errorf("%w: diskstore: reading the format version: %w", engine.ErrUnavailable, err)
 	}
 	iter, err := s.db.NewIter(nil)
 	if err != nil {
-		return fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
+		return false, fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
 	}
 	empty := !iter.First()
 	if err := iter.Close(); err != nil {
-		return fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
+		return false, fmt.Errorf("%w: diskstore: %w", engine.ErrUnavailable, err)
 	}
 	if !empty {
-		return fmt.Errorf("%w: %s holds data but no format version", ErrFormat, s.cfg.Dir)
+		return false, fmt.Errorf("%w: %s holds data but no format version", ErrFormat, s.cfg.Dir)
 	}
-	return s.writeFormat()
+	return false, s.writeFormat()
 }
 
 // writeFormat records this build's format version, fsynced.
@@ -347,7 +356,7 @@ func (s *Store) encode(w *worker, ops []byte, p *partition, writes []engine.Writ
 		if !wr.Delete && isReplay(wr.Key, wr.Rec.Kind) {
 			b := bucketOf(wr.Rec.ExpireAt)
 			s.markReplay(p, b)
-			w.rk = appendReplayKey(w.rk[:0], b, p.name, wr.Key)
+			w.rk = appendReplayKey(w.rk[:0], b, sliceOf(wr.Rec.ExpireAt), p.name, wr.Key)
 			ops = appendSetOp(ops, w.rk, w.val)
 			continue
 		}
