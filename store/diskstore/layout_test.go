@@ -2,12 +2,14 @@ package diskstore
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	"pgregory.net/rapid"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // name draws an opaque name of 1…24 bytes, NUL and 0xff included.
@@ -240,4 +242,60 @@ func TestShardChainsSharedHashes(t *testing.T) {
 			t.Fatal("found a name never inserted")
 		}
 	}
+}
+
+// TestTablesStayInTheirNamespace checks that no table Pebble writes, in a
+// flush or a compaction, holds rows of two namespaces (namespaceSpans):
+// records, index entries, replay records and journal rows, all flushed
+// together and compacted.
+func TestTablesStayInTheirNamespace(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Clock = testclock.At(t0)
+	s := openTest(t, cfg)
+	eng := engine.New(s)
+	for i := range 200 {
+		req := &engine.Request{OperationID: fmt.Sprintf("op-%d", i), Steps: []engine.Step{{
+			Partition: fmt.Sprintf("p%d", i%7), Commands: []engine.Command{engine.Incr("n", 1, 3_600_000)},
+		}}}
+		if _, err := eng.Do(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		if i == 100 {
+			checkpoint(t, s) // record and replay rows; the rest stay in the journal
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		levels, err := s.db.SSTables()
+		if err != nil {
+			t.Fatal(err)
+		}
+		namespaces := map[byte]bool{}
+		for _, tables := range levels {
+			for _, tb := range tables {
+				lo, hi := tb.Smallest.UserKey, tb.Largest.UserKey
+				if tb.Largest.IsExclusiveSentinel() && len(lo) > 0 && bytes.Equal(hi, []byte{lo[0] + 1}) {
+					hi = lo // a range deletion to the namespace's end
+				}
+				if len(lo) == 0 || len(hi) == 0 || lo[0] != hi[0] {
+					t.Errorf("%s: a table spans %q to %q", when, lo, hi)
+					continue
+				}
+				namespaces[lo[0]] = true
+			}
+		}
+		for _, ns := range []byte{nsRecord, nsIndex, nsReplay, nsJournal} {
+			if !namespaces[ns] {
+				t.Errorf("%s: no table of namespace %q: the test would prove nothing", when, ns)
+			}
+		}
+	}
+	check("flushed")
+	if err := s.db.Compact(t.Context(), []byte{0}, []byte{0xff}, false); err != nil {
+		t.Fatal(err)
+	}
+	check("compacted")
 }

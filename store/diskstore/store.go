@@ -183,13 +183,28 @@ func Open(cfg Config) (*Store, error) {
 }
 
 func (s *Store) pebbleOptions() *pebble.Options {
-	return &pebble.Options{
+	o := &pebble.Options{
 		FS:                 s.wal,
 		CacheSize:          s.cfg.CacheBytes,
 		MemTableSize:       uint64(s.cfg.MemTableBytes),
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{s.log},
 	}
+	o.Experimental.SpanPolicyFunc = namespaceSpans
+	return o
+}
+
+// namespaceSpans keeps every table Pebble writes, in flushes and
+// compactions, within one namespace (see layout.go): a table ends where
+// the namespace of its first key does. A table of replay records, written
+// in key order, then spans no other namespace's rows, so Pebble can move it
+// down its levels without merging it into tables of records or journal
+// rows (see decision 0085).
+func namespaceSpans(start []byte) (pebble.SpanPolicy, []byte, error) {
+	if len(start) == 0 || start[0] == 0xff {
+		return pebble.SpanPolicy{}, nil, nil
+	}
+	return pebble.SpanPolicy{}, []byte{start[0] + 1}, nil
 }
 
 // checkFormat writes the format version into a new store and checks it in
