@@ -16,6 +16,19 @@ const nsIndexV1 = 'x'
 // migrateBatchRows is the most rows one batch of the migration writes.
 const migrateBatchRows = 1024
 
+// applyFull applies the migration's batch pb, unsynced, and empties it,
+// once it holds migrateBatchRows rows.
+func (s *Store) applyFull(pb *pebble.Batch) error {
+	if pb.Count() < migrateBatchRows {
+		return nil
+	}
+	if err := s.db.Apply(pb, pebble.NoSync); err != nil {
+		return unavailable(err)
+	}
+	pb.Reset()
+	return nil
+}
+
 // migrateV1 turns a store of format version 1 into one of version 2, at
 // the store's instant now. It drops the old index, deletes the records that
 // have expired, moves the live replay records to their buckets, indexes
@@ -61,13 +74,7 @@ func (s *Store) migrateV1(now int64) error {
 			_ = pb.Set(key, nil, nil)
 			indexed++
 		}
-		if pb.Count() >= migrateBatchRows {
-			if err := s.db.Apply(pb, pebble.NoSync); err != nil {
-				return unavailable(err)
-			}
-			pb.Reset()
-		}
-		return nil
+		return s.applyFull(pb)
 	})
 	if err == nil {
 		err = unavailable(s.db.Apply(pb, pebble.NoSync))
@@ -109,13 +116,7 @@ func (s *Store) migrateReplays(now int64) error {
 		key = appendReplayKey(key[:0], b, sliceOf(rec.ExpireAt), string(p), string(k))
 		_ = pb.Set(key, v, nil)
 		moved++
-		if pb.Count() >= migrateBatchRows {
-			if err := s.db.Apply(pb, pebble.NoSync); err != nil {
-				return unavailable(err)
-			}
-			pb.Reset()
-		}
-		return nil
+		return s.applyFull(pb)
 	})
 	if err == nil {
 		_ = pb.DeleteRange([]byte{nsReplayV4}, []byte{nsReplayV4 + 1}, nil)
