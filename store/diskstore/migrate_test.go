@@ -73,7 +73,14 @@ func downgradeToV1(t *testing.T, dir string, partial bool) {
 	} else {
 		_ = pb.DeleteRange([]byte{nsReplay}, []byte{nsReplay + 1}, nil)
 	}
-	_ = pb.Set(formatKey, encodeFormat(1), nil)
+	commitAsVersion(t, db, pb, 1)
+}
+
+// commitAsVersion commits pb to db, a store's Pebble database opened
+// directly, with the format version set to version, and closes db.
+func commitAsVersion(t *testing.T, db *pebble.DB, pb *pebble.Batch, version uint32) {
+	t.Helper()
+	_ = pb.Set(formatKey, encodeFormat(version), nil)
 	if err := pb.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
@@ -264,13 +271,7 @@ func TestFormat4ReplayRecordsMove(t *testing.T) {
 		t.Fatalf("%d replay rows after the three requests, want 3", rows)
 	}
 	_ = pb.DeleteRange([]byte{nsReplay}, []byte{nsReplay + 1}, nil)
-	_ = pb.Set(formatKey, encodeFormat(4), nil)
-	if err := pb.Commit(pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
+	commitAsVersion(t, db, pb, 4)
 
 	clock.Advance(90 * time.Second) // "ended"'s bucket has ended, the others' not
 	s = openTest(t, cfg)
