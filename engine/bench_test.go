@@ -13,6 +13,7 @@ package engine_test
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -198,6 +199,27 @@ func BenchmarkEngine(b *testing.B) {
 		eng := newEngine()
 		req := &engine.Request{Steps: []engine.Step{{Partition: "client:1", Commands: benchHit(algo.KindFixed)}}}
 		for b.Loop() {
+			if _, err := eng.Do(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// The request bound's shape, as the server runs it: 4 steps of 8
+	// hits, each hit on a window of its own, with an operation id.
+	b.Run("call=do/steps=4x8", func(b *testing.B) {
+		b.ReportAllocs()
+		eng := newEngine()
+		req := &engine.Request{Steps: make([]engine.Step, 4)}
+		for i := range req.Steps {
+			req.Steps[i].Partition = "client:" + strconv.Itoa(i)
+			for j := range 8 {
+				req.Steps[i].Commands = append(req.Steps[i].Commands, engine.Hit(1, engine.Window{
+					Key: "rps-" + strconv.Itoa(j), Kind: algo.KindGCRA, Limit: algo.MaxLimit, WindowMs: algo.MaxWindow,
+				}))
+			}
+		}
+		for b.Loop() {
+			req.OperationID = engine.NewOperationID()
 			if _, err := eng.Do(ctx, req); err != nil {
 				b.Fatal(err)
 			}

@@ -255,6 +255,11 @@ func (d *resultDecoder) windowList(s *scanner) ([]engine.WindowResult, bool) {
 	if s.next(']') {
 		return []engine.WindowResult{}, true
 	}
+	if d.windows == nil {
+		// A window's result takes some 50 bytes of JSON, and its
+		// command's result as many again.
+		d.windows = make([]engine.WindowResult, 0, min(max(len(s.data)/96, 1), max(d.bodies, 1)*engine.MaxCommands*engine.MaxWindowsPerHit))
+	}
 	start := len(d.windows)
 	for {
 		d.windows = append(d.windows, engine.WindowResult{})
