@@ -61,17 +61,7 @@ const (
 )
 
 func (s *scanner) request(r *Request) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "operationId":
 			f = fOperationID
@@ -97,15 +87,8 @@ func (s *scanner) request(r *Request) bool {
 			f = fSteps
 			r.Steps, ok = s.steps()
 		}
-		if f == 0 || !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok // an unknown field: f 0, ok false
+	})
 }
 
 func (s *scanner) tiers() (map[string]string, bool) {
@@ -176,40 +159,17 @@ type stepDecoder struct {
 }
 
 func (d *stepDecoder) step(s *scanner, st *engine.Step) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var havePartition, haveCommands bool
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "partition":
-			if havePartition {
-				return false
-			}
-			havePartition = true
+			f = 1
 			st.Partition, ok = s.str()
 		case "commands":
-			if haveCommands {
-				return false
-			}
-			haveCommands = true
+			f = 2
 			st.Commands, ok = d.commands(s)
-		default:
-			return false
 		}
-		if !ok {
-			return false
-		}
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 func (d *stepDecoder) commands(s *scanner) ([]engine.Command, bool) {
@@ -261,17 +221,7 @@ const (
 )
 
 func (d *stepDecoder) command(s *scanner, c *engine.Command) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "op":
 			f = cOp
@@ -335,15 +285,8 @@ func (d *stepDecoder) command(s *scanner, c *engine.Command) bool {
 			f = cDelay
 			c.DelayMs, ok = s.int64()
 		}
-		if f == 0 || !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 func (d *stepDecoder) windowList(s *scanner) ([]engine.Window, bool) {
@@ -373,17 +316,7 @@ func (d *stepDecoder) windowList(s *scanner) ([]engine.Window, bool) {
 }
 
 func (s *scanner) window(w *engine.Window) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "key":
 			f = 1
@@ -401,15 +334,8 @@ func (s *scanner) window(w *engine.Window) bool {
 			f = 8
 			w.WindowMs, ok = s.int64()
 		}
-		if f == 0 || !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 func (d *stepDecoder) budgetList(s *scanner) ([]engine.Budget, bool) {
@@ -436,17 +362,7 @@ func (d *stepDecoder) budgetList(s *scanner) ([]engine.Budget, bool) {
 }
 
 func (s *scanner) budget(b *engine.Budget) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "key":
 			f = 1
@@ -461,15 +377,8 @@ func (s *scanner) budget(b *engine.Budget) bool {
 			f = 8
 			b.Refundable, ok = s.bool()
 		}
-		if f == 0 || !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 // The names that decode to constants rather than fresh strings.

@@ -205,37 +205,17 @@ func DecodeEnvelopeResponse(data []byte, r *EnvelopeResponse) error {
 }
 
 func (s *scanner) envelopeResponse(r *EnvelopeResponse) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	seen := false
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
+	return s.object(func(k []byte) (uint, bool) {
+		if string(k) != "answers" {
+			return 0, s.unknown(k, "answers")
 		}
-		switch string(k) {
-		case "answers":
-			if seen {
-				return false
-			}
-			seen = true
-			if !s.null() {
-				if r.Answers, ok = s.answers(); !ok {
-					return false
-				}
-			}
-		default:
-			if !s.unknown(k, "answers") {
-				return false
-			}
+		if s.null() {
+			return 1, true
 		}
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		var ok bool
+		r.Answers, ok = s.answers()
+		return 1, ok
+	})
 }
 
 func (s *scanner) answers() ([]Answer, bool) {
@@ -261,61 +241,34 @@ func (s *scanner) answers() ([]Answer, bool) {
 var answerFields = []string{"status", "response", "problem"}
 
 func (s *scanner) answer(a *Answer) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "status":
 			f = 1
 			a.Status, ok = s.statusOrNull(a.Status)
 		case "response":
 			f = 2
-			if !s.null() {
+			if ok = s.null(); !ok {
 				a.Response = new(Response)
 				ok = s.response(a.Response)
 			}
 		case "problem":
 			f = 4
-			if !s.null() {
+			if ok = s.null(); !ok {
 				a.Problem = new(Problem)
 				ok = s.problem(a.Problem)
 			}
 		default:
 			ok = s.unknown(k, answerFields...)
 		}
-		if !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 var problemFields = []string{"type", "title", "status", "code", "reason"}
 
 func (s *scanner) problem(p *Problem) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "type":
 			f = 1
@@ -337,15 +290,8 @@ func (s *scanner) problem(p *Problem) bool {
 		default:
 			ok = s.unknown(k, problemFields...)
 		}
-		if !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 // statusOrNull reads an HTTP status: an integer of three digits, which

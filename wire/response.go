@@ -42,37 +42,17 @@ func (s *scanner) unknown(key []byte, fields ...string) bool {
 }
 
 func (s *scanner) response(r *Response) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	seen := false
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
+	return s.object(func(k []byte) (uint, bool) {
+		if string(k) != "steps" {
+			return 0, s.unknown(k, "steps")
 		}
-		switch string(k) {
-		case "steps":
-			if seen {
-				return false
-			}
-			seen = true
-			if !s.null() {
-				if r.Steps, ok = s.stepResults(); !ok {
-					return false
-				}
-			}
-		default:
-			if !s.unknown(k, "steps") {
-				return false
-			}
+		if s.null() {
+			return 1, true
 		}
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		var ok bool
+		r.Steps, ok = s.stepResults()
+		return 1, ok
+	})
 }
 
 func (s *scanner) stepResults() ([]engine.StepResult, bool) {
@@ -119,17 +99,7 @@ type resultDecoder struct {
 var stepResultFields = []string{"skipped", "replayed", "denied", "results"}
 
 func (d *resultDecoder) step(s *scanner, st *engine.StepResult) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "skipped":
 			f = 1
@@ -142,21 +112,14 @@ func (d *resultDecoder) step(s *scanner, st *engine.StepResult) bool {
 			st.Denied, ok = s.boolOrNull(st.Denied)
 		case "results":
 			f = 8
-			if !s.null() {
+			if ok = s.null(); !ok {
 				st.Results, ok = d.resultList(s)
 			}
 		default:
 			ok = s.unknown(k, stepResultFields...)
 		}
-		if !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 func (d *resultDecoder) resultList(s *scanner) ([]engine.Result, bool) {
@@ -188,17 +151,7 @@ func (d *resultDecoder) resultList(s *scanner) ([]engine.Result, bool) {
 var resultFields = []string{"allowed", "found", "value", "int", "ttlMs", "remaining", "resetAt", "retryAfterMs", "at", "windows"}
 
 func (d *resultDecoder) result(s *scanner, r *engine.Result) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "allowed":
 			f = 1 << 0
@@ -208,7 +161,7 @@ func (d *resultDecoder) result(s *scanner, r *engine.Result) bool {
 			r.Found, ok = s.boolOrNull(r.Found)
 		case "value":
 			f = 1 << 2
-			if !s.null() {
+			if ok = s.null(); !ok {
 				r.Value, ok = s.str()
 			}
 		case "int":
@@ -231,21 +184,14 @@ func (d *resultDecoder) result(s *scanner, r *engine.Result) bool {
 			r.At, ok = s.intOrNull(r.At)
 		case "windows":
 			f = 1 << 9
-			if !s.null() {
+			if ok = s.null(); !ok {
 				r.Windows, ok = d.windowList(s)
 			}
 		default:
 			ok = s.unknown(k, resultFields...)
 		}
-		if !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 func (d *resultDecoder) windowList(s *scanner) ([]engine.WindowResult, bool) {
@@ -279,17 +225,7 @@ func (d *resultDecoder) windowList(s *scanner) ([]engine.WindowResult, bool) {
 var windowResultFields = []string{"allowed", "remaining", "resetAt", "retryAfterMs"}
 
 func (s *scanner) windowResult(w *engine.WindowResult) bool {
-	ok, empty := s.objectStart()
-	if !ok || empty {
-		return ok
-	}
-	var seen uint
-	for {
-		k, ok := s.key()
-		if !ok {
-			return false
-		}
-		var f uint
+	return s.object(func(k []byte) (f uint, ok bool) {
 		switch string(k) {
 		case "allowed":
 			f = 1
@@ -306,15 +242,8 @@ func (s *scanner) windowResult(w *engine.WindowResult) bool {
 		default:
 			ok = s.unknown(k, windowResultFields...)
 		}
-		if !ok || seen&f != 0 {
-			return false
-		}
-		seen |= f
-		more, ok := s.more('}')
-		if !ok || !more {
-			return ok
-		}
-	}
+		return f, ok
+	})
 }
 
 // boolOrNull reads a bool, or a null that leaves old as it is, as

@@ -162,6 +162,37 @@ func (s *scanner) more(c byte) (more, ok bool) {
 	return false, false
 }
 
+// object reads an object whose members member reads: it is handed each
+// key, reads the value, and returns the bit of the member's field and
+// whether it read the value. A bit of 0 marks a member read or skipped
+// without being counted (an unknown field a lenient decoder skips); a
+// member refused or unreadable (ok false) fails the object, as does a
+// field met twice, which encoding/json would take twice, keeping the last.
+// A lenient decoder's member reads a null as encoding/json does, leaving
+// its field as it is: `if ok = s.null(); !ok { … }`.
+func (s *scanner) object(member func(k []byte) (field uint, ok bool)) bool {
+	ok, empty := s.objectStart()
+	if !ok || empty {
+		return ok
+	}
+	var seen uint
+	for {
+		k, ok := s.key()
+		if !ok {
+			return false
+		}
+		f, ok := member(k)
+		if !ok || seen&f != 0 {
+			return false
+		}
+		seen |= f
+		more, ok := s.more('}')
+		if !ok || !more {
+			return ok
+		}
+	}
+}
+
 // rawString reads a string without escapes and returns its bytes, which
 // alias the input. It refuses invalid UTF-8, which encoding/json would
 // replace.
