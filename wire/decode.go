@@ -125,28 +125,12 @@ func (s *scanner) tiers() (map[string]string, bool) {
 // each step's and command's slice is capped at its own length, so appending
 // to one never writes into another.
 func (s *scanner) steps() ([]engine.Step, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.Step{}, true
-	}
 	// Size the backing arrays from the body: a command takes some 100
 	// bytes or more of JSON.
 	hint := min(max(s.requestLeft()/100, 1), engine.MaxCommands)
-	steps := make([]engine.Step, 0, min(hint, engine.MaxSteps))
 	d := stepDecoder{hint: hint}
-	for {
-		var st engine.Step
-		if !d.step(s, &st) {
-			return nil, false
-		}
-		steps = append(steps, st)
-		more, ok := s.more(']')
-		if !ok || !more {
-			return steps, ok
-		}
-	}
+	var steps []engine.Step
+	return list(s, &steps, min(hint, engine.MaxSteps), func(st *engine.Step) bool { return d.step(s, st) })
 }
 
 // stepDecoder holds the backing arrays of one request's steps, made on
@@ -173,29 +157,7 @@ func (d *stepDecoder) step(s *scanner, st *engine.Step) bool {
 }
 
 func (d *stepDecoder) commands(s *scanner) ([]engine.Command, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.Command{}, true
-	}
-	if d.cmds == nil {
-		d.cmds = make([]engine.Command, 0, d.hint)
-	}
-	start := len(d.cmds)
-	for {
-		d.cmds = append(d.cmds, engine.Command{})
-		if !d.command(s, &d.cmds[len(d.cmds)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return d.cmds[start:len(d.cmds):len(d.cmds)], true
-		}
-	}
+	return list(s, &d.cmds, d.hint, func(c *engine.Command) bool { return d.command(s, c) })
 }
 
 // The fields of a command, as bits, to refuse duplicates.
@@ -290,29 +252,7 @@ func (d *stepDecoder) command(s *scanner, c *engine.Command) bool {
 }
 
 func (d *stepDecoder) windowList(s *scanner) ([]engine.Window, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.Window{}, true
-	}
-	if d.windows == nil {
-		d.windows = make([]engine.Window, 0, d.hint)
-	}
-	start := len(d.windows)
-	for {
-		d.windows = append(d.windows, engine.Window{})
-		if !s.window(&d.windows[len(d.windows)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return d.windows[start:len(d.windows):len(d.windows)], true
-		}
-	}
+	return list(s, &d.windows, d.hint, s.window)
 }
 
 func (s *scanner) window(w *engine.Window) bool {
@@ -339,26 +279,7 @@ func (s *scanner) window(w *engine.Window) bool {
 }
 
 func (d *stepDecoder) budgetList(s *scanner) ([]engine.Budget, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.Budget{}, true
-	}
-	start := len(d.budgets)
-	for {
-		d.budgets = append(d.budgets, engine.Budget{})
-		if !s.budget(&d.budgets[len(d.budgets)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return d.budgets[start:len(d.budgets):len(d.budgets)], true
-		}
-	}
+	return list(s, &d.budgets, engine.MaxBudgets, s.budget)
 }
 
 func (s *scanner) budget(b *engine.Budget) bool {

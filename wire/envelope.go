@@ -219,23 +219,8 @@ func (s *scanner) envelopeResponse(r *EnvelopeResponse) bool {
 }
 
 func (s *scanner) answers() ([]Answer, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []Answer{}, true
-	}
-	answers := make([]Answer, 0, MaxEnvelope)
-	for {
-		answers = append(answers, Answer{})
-		if !s.answer(&answers[len(answers)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok || !more {
-			return answers, ok
-		}
-	}
+	var answers []Answer
+	return list(s, &answers, MaxEnvelope, s.answer)
 }
 
 var answerFields = []string{"status", "response", "problem"}

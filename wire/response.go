@@ -56,30 +56,8 @@ func (s *scanner) response(r *Response) bool {
 }
 
 func (s *scanner) stepResults() ([]engine.StepResult, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.StepResult{}, true
-	}
 	d := &s.results
-	if d.steps == nil {
-		d.steps = make([]engine.StepResult, 0, min(max(len(s.data)/256, 1), max(d.bodies, 1)*engine.MaxSteps))
-	}
-	start := len(d.steps)
-	for {
-		d.steps = append(d.steps, engine.StepResult{})
-		if !d.step(s, &d.steps[len(d.steps)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return d.steps[start:len(d.steps):len(d.steps)], true
-		}
-	}
+	return list(s, &d.steps, min(max(len(s.data)/256, 1), max(d.bodies, 1)*engine.MaxSteps), func(st *engine.StepResult) bool { return d.step(s, st) })
 }
 
 // resultDecoder holds the backing arrays of the step results, results and
@@ -123,29 +101,7 @@ func (d *resultDecoder) step(s *scanner, st *engine.StepResult) bool {
 }
 
 func (d *resultDecoder) resultList(s *scanner) ([]engine.Result, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.Result{}, true
-	}
-	if d.results == nil {
-		d.results = make([]engine.Result, 0, min(max(len(s.data)/64, 1), max(d.bodies, 1)*engine.MaxCommands))
-	}
-	start := len(d.results)
-	for {
-		d.results = append(d.results, engine.Result{})
-		if !d.result(s, &d.results[len(d.results)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return d.results[start:len(d.results):len(d.results)], true
-		}
-	}
+	return list(s, &d.results, min(max(len(s.data)/64, 1), max(d.bodies, 1)*engine.MaxCommands), func(r *engine.Result) bool { return d.result(s, r) })
 }
 
 var resultFields = []string{"allowed", "found", "value", "int", "ttlMs", "remaining", "resetAt", "retryAfterMs", "at", "windows"}
@@ -195,31 +151,9 @@ func (d *resultDecoder) result(s *scanner, r *engine.Result) bool {
 }
 
 func (d *resultDecoder) windowList(s *scanner) ([]engine.WindowResult, bool) {
-	if !s.next('[') {
-		return nil, false
-	}
-	if s.next(']') {
-		return []engine.WindowResult{}, true
-	}
-	if d.windows == nil {
-		// A window's result takes some 50 bytes of JSON, and its
-		// command's result as many again.
-		d.windows = make([]engine.WindowResult, 0, min(max(len(s.data)/96, 1), max(d.bodies, 1)*engine.MaxCommands*engine.MaxWindowsPerHit))
-	}
-	start := len(d.windows)
-	for {
-		d.windows = append(d.windows, engine.WindowResult{})
-		if !s.windowResult(&d.windows[len(d.windows)-1]) {
-			return nil, false
-		}
-		more, ok := s.more(']')
-		if !ok {
-			return nil, false
-		}
-		if !more {
-			return d.windows[start:len(d.windows):len(d.windows)], true
-		}
-	}
+	// A window's result takes some 50 bytes of JSON, and its command's
+	// result as many again.
+	return list(s, &d.windows, min(max(len(s.data)/96, 1), max(d.bodies, 1)*engine.MaxCommands*engine.MaxWindowsPerHit), s.windowResult)
 }
 
 var windowResultFields = []string{"allowed", "remaining", "resetAt", "retryAfterMs"}

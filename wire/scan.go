@@ -193,6 +193,39 @@ func (s *scanner) object(member func(k []byte) (field uint, ok bool)) bool {
 	}
 }
 
+// list reads an array whose elements elem reads, each into the next
+// element of *arena, and returns them as a slice of *arena capped at its
+// own length, so that appending to it never writes into what follows. A
+// nil *arena is made with room for capacity elements when the first
+// element comes; an empty array is an empty slice of its own.
+func list[T any](s *scanner, arena *[]T, capacity int, elem func(*T) bool) ([]T, bool) {
+	if !s.next('[') {
+		return nil, false
+	}
+	if s.next(']') {
+		return []T{}, true
+	}
+	if *arena == nil {
+		*arena = make([]T, 0, capacity)
+	}
+	start := len(*arena)
+	for {
+		var zero T
+		*arena = append(*arena, zero)
+		if !elem(&(*arena)[len(*arena)-1]) {
+			return nil, false
+		}
+		more, ok := s.more(']')
+		if !ok {
+			return nil, false
+		}
+		if !more {
+			a := *arena
+			return a[start:len(a):len(a)], true
+		}
+	}
+}
+
 // rawString reads a string without escapes and returns its bytes, which
 // alias the input. It refuses invalid UTF-8, which encoding/json would
 // replace.
