@@ -205,16 +205,17 @@ func DecodeEnvelopeResponse(data []byte, r *EnvelopeResponse) error {
 }
 
 func (s *scanner) envelopeResponse(r *EnvelopeResponse) bool {
-	return s.object(func(k []byte) (uint, bool) {
-		if string(k) != "answers" {
-			return 0, s.unknown(k, "answers")
+	return s.object(func(k []byte) (f uint, ok bool) {
+		switch string(k) {
+		case "answers":
+			f = 1
+			if ok = s.null(); !ok {
+				r.Answers, ok = s.answers()
+			}
+		default:
+			ok = s.unknown(k, "answers")
 		}
-		if s.null() {
-			return 1, true
-		}
-		var ok bool
-		r.Answers, ok = s.answers()
-		return 1, ok
+		return f, ok
 	})
 }
 

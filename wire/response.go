@@ -42,16 +42,17 @@ func (s *scanner) unknown(key []byte, fields ...string) bool {
 }
 
 func (s *scanner) response(r *Response) bool {
-	return s.object(func(k []byte) (uint, bool) {
-		if string(k) != "steps" {
-			return 0, s.unknown(k, "steps")
+	return s.object(func(k []byte) (f uint, ok bool) {
+		switch string(k) {
+		case "steps":
+			f = 1
+			if ok = s.null(); !ok {
+				r.Steps, ok = s.stepResults()
+			}
+		default:
+			ok = s.unknown(k, "steps")
 		}
-		if s.null() {
-			return 1, true
-		}
-		var ok bool
-		r.Steps, ok = s.stepResults()
-		return 1, ok
+		return f, ok
 	})
 }
 
