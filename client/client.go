@@ -250,6 +250,7 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 	if id == "" {
 		id = engine.NewOperationID()
 	}
+	sc := scratches.Get().(*keyhash.Scratch)
 	wr := wire.Request{
 		OperationID: id,
 		Family:      c.family,
@@ -257,10 +258,19 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 		SourceTiers: c.tiers,
 		Principal:   c.principal,
 		Mode:        r.Mode,
-		Steps:       c.s.hashSteps(r.Steps),
+		Steps:       c.s.hasher.StepsIn(sc, r.Steps),
+	}
+	body, err := encodeRequest(&wr)
+	sc.Reset() // the body holds what the hashed copy was for
+	scratches.Put(sc)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, unavailable(err)
 	}
 	var resp engine.Response
-	if err := c.call(ctx, &wr, &resp); err != nil {
+	if err := c.s.do(ctx, body, &resp); err != nil {
 		return nil, err
 	}
 	if err := checkShape(r.Mode, r.Steps, &resp); err != nil {
@@ -367,14 +377,14 @@ func (c *Client) ready() error {
 	return c.s.off
 }
 
-// call sends one signed RPC — alone, or in an envelope with concurrent
-// calls (see Config.Coalesce) — and decodes a successful answer into out.
-func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Response) error {
+// encodeRequest returns the body of the RPC wr, refusing one over the
+// bound with an error wrapping engine.ErrInvalid.
+func encodeRequest(wr *wire.Request) ([]byte, error) {
 	buf := getBuffer()
 	enc, err := wire.AppendRequest((*buf)[:0], wr)
 	if err != nil {
 		putBuffer(buf)
-		return fmt.Errorf("%w: encoding the request: %w", engine.ErrInvalid, err)
+		return nil, fmt.Errorf("%w: encoding the request: %w", engine.ErrInvalid, err)
 	}
 	// The transport may still read a request body after Do returns (and
 	// reads it again to resend a request no byte of which was written), so
@@ -383,12 +393,9 @@ func (c *Client) call(ctx context.Context, wr *wire.Request, out *engine.Respons
 	*buf = enc[:0]
 	putBuffer(buf)
 	if len(body) > wire.MaxBody {
-		return fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(body), wire.MaxBody)
+		return nil, fmt.Errorf("%w: request body of %d bytes (max %d)", engine.ErrInvalid, len(body), wire.MaxBody)
 	}
-	if err := ctx.Err(); err != nil {
-		return unavailable(err)
-	}
-	return c.s.do(ctx, body, out)
+	return body, nil
 }
 
 // The request's Content-Type, assigned to the header map directly, as are
@@ -422,6 +429,10 @@ var buffers = sync.Pool{New: func() any {
 }}
 
 const maxPooledBuffer = 64 << 10
+
+// scratches recycles the arrays a call's hashed copy of its steps is made
+// in (keyhash.Scratch): the copy lives only until its request is encoded.
+var scratches = sync.Pool{New: func() any { return new(keyhash.Scratch) }}
 
 func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
 
@@ -501,7 +512,3 @@ const (
 func (c *Client) Hash(purpose, value string) string { return c.s.hash(purpose, value) }
 
 func (s *shared) hash(purpose, value string) string { return s.hasher.Hash(purpose, value) }
-
-// hashSteps returns a copy of steps with every partition name and key
-// hashed. Values, lease ids and numbers are data and travel as they are.
-func (s *shared) hashSteps(steps []engine.Step) []engine.Step { return s.hasher.Steps(steps) }

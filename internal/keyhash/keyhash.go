@@ -201,14 +201,42 @@ func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
 // Steps returns a copy of steps with every partition name and key hashed
 // (see Step).
 func (h *Hasher) Steps(steps []engine.Step) []engine.Step {
-	var a arrays
+	return h.StepsIn(new(Scratch), steps)
+}
+
+// Scratch holds the backing arrays of the copies StepsIn makes, so that
+// they are reused: a copy made in a Scratch is valid until the Scratch is
+// used again or reset. Its zero value is ready to use.
+type Scratch struct {
+	a     arrays
+	steps []engine.Step
+}
+
+// Reset drops the copies made in sc, and with them every reference they
+// hold to the values copied, keeping the arrays for the next copy.
+func (sc *Scratch) Reset() {
+	clear(sc.steps[:cap(sc.steps)])
+	clear(sc.a.cmds[:cap(sc.a.cmds)])
+	clear(sc.a.windows[:cap(sc.a.windows)])
+	clear(sc.a.budgets[:cap(sc.a.budgets)])
+}
+
+// StepsIn is Steps, its copy made in sc: once sc's arrays have grown to a
+// request's size, hashing another of that size allocates nothing. The copy
+// is valid until sc is used again or reset.
+func (h *Hasher) StepsIn(sc *Scratch, steps []engine.Step) []engine.Step {
+	a := &sc.a
+	a.nc, a.nw, a.nb = 0, 0, 0
 	for i := range steps {
 		a.count(steps[i].Commands)
 	}
-	a.alloc()
-	out := make([]engine.Step, len(steps))
+	a.reuse()
+	if cap(sc.steps) < len(steps) {
+		sc.steps = make([]engine.Step, len(steps))
+	}
+	out := sc.steps[:len(steps)]
 	for i := range steps {
-		out[i] = h.step(steps[i].Partition, steps[i].Commands, &a)
+		out[i] = h.step(steps[i].Partition, steps[i].Commands, a)
 	}
 	return out
 }
@@ -244,6 +272,22 @@ func (a *arrays) alloc() {
 	if a.nb > 0 {
 		a.budgets = make([]engine.Budget, 0, a.nb)
 	}
+}
+
+// reuse empties the arrays for what count counted, making again those
+// without room for it.
+func (a *arrays) reuse() {
+	a.cmds = grown(a.cmds, a.nc)
+	a.windows = grown(a.windows, a.nw)
+	a.budgets = grown(a.budgets, a.nb)
+}
+
+// grown returns s emptied, or a new slice if s has no room for n.
+func grown[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
 }
 
 // step is Step, its copies taken from a.

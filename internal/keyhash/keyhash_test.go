@@ -85,6 +85,62 @@ func TestStepHashesEveryIdentifier(t *testing.T) {
 	}
 }
 
+// TestStepsInReusesItsScratch checks that a copy made in a Scratch is the
+// copy Steps makes, that a Scratch grown to a request's size copies the
+// next without allocating, and that Reset drops every value a copy
+// referred to, so that a pooled Scratch keeps no caller's data alive.
+func TestStepsInReusesItsScratch(t *testing.T) {
+	h := keyhash.New([]byte(pepper))
+	big := []engine.Step{
+		{Partition: "a", Commands: []engine.Command{
+			engine.Hit(1, engine.Window{Key: "w1", Kind: algo.KindFixed, Limit: 1, WindowMs: 1000}, engine.Window{Key: "w2", Kind: algo.KindFixed, Limit: 2, WindowMs: 1000}),
+			{Op: engine.OpReserve, Cost: 1, Receipt: "r", Budgets: []engine.Budget{{Key: "b", Limit: 1, WindowMs: 1000}}},
+		}},
+		{Partition: "b", Commands: []engine.Command{{Op: engine.OpSet, Key: "k", Value: "a value", TTLMs: 1000}}},
+	}
+	small := []engine.Step{{Partition: "c", Commands: []engine.Command{{Op: engine.OpGet, Key: "k"}}}}
+	var sc keyhash.Scratch
+	for _, steps := range [][]engine.Step{big, small, big} {
+		if got, want := h.StepsIn(&sc, steps), h.Steps(steps); !reflect.DeepEqual(got, want) {
+			t.Fatalf("StepsIn = %+v, want %+v", got, want)
+		}
+		sc.Reset()
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = h.StepsIn(&sc, big)
+		sc.Reset()
+	}); n != 0 {
+		t.Errorf("StepsIn in a grown Scratch: %v allocations, want 0", n)
+	}
+	// The copy's slices alias the Scratch's arrays: after Reset every
+	// element of them, to their capacity, is zero.
+	copied := h.StepsIn(&sc, big)
+	cmds := copied[0].Commands[:cap(copied[0].Commands)]
+	windows := copied[0].Commands[0].Windows[:cap(copied[0].Commands[0].Windows)]
+	budgets := copied[0].Commands[1].Budgets[:cap(copied[0].Commands[1].Budgets)]
+	sc.Reset()
+	for i := range cmds {
+		if !reflect.DeepEqual(cmds[i], engine.Command{}) {
+			t.Errorf("after Reset, command %d still holds %+v", i, cmds[i])
+		}
+	}
+	for i := range windows {
+		if windows[i] != (engine.Window{}) {
+			t.Errorf("after Reset, window %d still holds %+v", i, windows[i])
+		}
+	}
+	for i := range budgets {
+		if budgets[i] != (engine.Budget{}) {
+			t.Errorf("after Reset, budget %d still holds %+v", i, budgets[i])
+		}
+	}
+	for i := range copied {
+		if !reflect.DeepEqual(copied[i], engine.Step{}) {
+			t.Errorf("after Reset, step %d still holds %+v", i, copied[i])
+		}
+	}
+}
+
 // TestStoreReachesHashedRecords checks that a batch through Store lands in
 // the hashed partition under hashed keys of the wrapped store, where a
 // client hashing with the same pepper finds it.
@@ -218,8 +274,18 @@ func BenchmarkSteps(b *testing.B) {
 			steps[i].Commands = append(steps[i].Commands, engine.Hit(1, engine.Window{Key: "w" + strconv.Itoa(j), Kind: algo.KindFixed, Limit: 10, WindowMs: 60_000}))
 		}
 	}
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = h.Steps(steps)
-	}
+	b.Run("copy=new", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = h.Steps(steps)
+		}
+	})
+	b.Run("copy=scratch", func(b *testing.B) {
+		b.ReportAllocs()
+		var sc keyhash.Scratch
+		for b.Loop() {
+			_ = h.StepsIn(&sc, steps)
+			sc.Reset()
+		}
+	})
 }
