@@ -194,7 +194,7 @@ const maxKept = 1 << 10
 func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
 	var a arrays
 	a.count(cmds)
-	a.alloc()
+	a.reuse()
 	return h.step(partition, cmds, &a)
 }
 
@@ -263,19 +263,8 @@ func (a *arrays) count(cmds []engine.Command) {
 	}
 }
 
-// alloc makes the arrays, with room for what count counted.
-func (a *arrays) alloc() {
-	a.cmds = make([]engine.Command, 0, a.nc)
-	if a.nw > 0 {
-		a.windows = make([]engine.Window, 0, a.nw)
-	}
-	if a.nb > 0 {
-		a.budgets = make([]engine.Budget, 0, a.nb)
-	}
-}
-
-// reuse empties the arrays for what count counted, making again those
-// without room for it.
+// reuse empties the arrays for what count counted, making those without
+// room for it (every one, the first time).
 func (a *arrays) reuse() {
 	a.cmds = grown(a.cmds, a.nc)
 	a.windows = grown(a.windows, a.nw)
