@@ -30,7 +30,7 @@ func TestDoMakesResultsOnce(t *testing.T) {
 				req.Steps[i].Commands = append(req.Steps[i].Commands, engine.Hit(1, ws...))
 			}
 		}
-		return testing.AllocsPerRun(50, func() {
+		return testing.AllocsPerRun(200, func() {
 			resp, err := eng.Do(ctx, req)
 			if err != nil {
 				t.Fatal(err)
@@ -40,8 +40,14 @@ func TestDoMakesResultsOnce(t *testing.T) {
 			}
 		})
 	}
+	// Under the race detector sync.Pool drops a share of what is put
+	// back at random, so the step hashes' pooled buffers are sometimes
+	// made afresh: the two averages may differ by that noise, a few
+	// allocations, where growing results and windows one by one would
+	// differ by some 70.
+	const noise = 2
 	small, large := allocs(1, 1), allocs(8, 2)
-	if large > small {
+	if large > small+noise {
 		t.Errorf("4 steps of 8 hits on 2 windows: %v allocations; 4 steps of 1 hit on 1 window: %v", large, small)
 	}
 }
