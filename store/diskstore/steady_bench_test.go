@@ -28,9 +28,11 @@ import (
 // fresh store's first minutes do not: before the measured requests it
 // warms the store up with the same load for engine.ReplayTTL and a minute,
 // so that the first replay bucket has been swept (-benchtime 600000x then
-// measures about half a minute here). Besides decisions/s it reports what
-// Pebble's flushes and compactions read and wrote per decision while
-// measured, and the directory's size at the end.
+// measures about half a minute here). Besides decisions/s it reports, per
+// decision measured, the bytes written to Pebble's log (log-B), to tables
+// by its flushes (flushed-B), and read and written by its compactions
+// (compacted-B, compaction-written-B), and the directory's size at the
+// end.
 func BenchmarkSteadyRequests(b *testing.B) {
 	const partitions, perPartition, steps = 1_250, 8, 4
 	cfg := DefaultConfig()
@@ -98,7 +100,7 @@ func BenchmarkSteadyRequests(b *testing.B) {
 		wg.Wait()
 		cancel()
 	}
-	before := s.db.Metrics().Total()
+	before := s.db.Metrics()
 
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
@@ -116,14 +118,23 @@ func BenchmarkSteadyRequests(b *testing.B) {
 	b.StopTimer()
 
 	decisions := float64(b.N * steps * perPartition)
-	after := s.db.Metrics().Total()
-	read := func(m *pebble.LevelMetrics) uint64 { return m.TableBytesRead + m.BlobBytesReadEstimate }
-	written := func(m *pebble.LevelMetrics) uint64 {
-		return m.TableBytesFlushed + m.TableBytesCompacted + m.BlobBytesFlushed + m.BlobBytesCompacted
+	after := s.db.Metrics()
+	perDecision := func(f func(m *pebble.Metrics) uint64) float64 {
+		return float64(f(after)-f(before)) / decisions
 	}
 	b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
-	b.ReportMetric(float64(read(&after)-read(&before))/decisions, "compacted-B/decision")
-	b.ReportMetric(float64(written(&after)-written(&before))/decisions, "flushed+compacted-B/decision")
+	b.ReportMetric(perDecision(func(m *pebble.Metrics) uint64 { return m.WAL.BytesWritten }), "log-B/decision")
+	b.ReportMetric(perDecision(func(m *pebble.Metrics) uint64 {
+		return m.Levels[0].TableBytesFlushed + m.Levels[0].BlobBytesFlushed
+	}), "flushed-B/decision")
+	b.ReportMetric(perDecision(func(m *pebble.Metrics) uint64 {
+		t := m.Total()
+		return t.TableBytesRead + t.BlobBytesReadEstimate
+	}), "compacted-B/decision")
+	b.ReportMetric(perDecision(func(m *pebble.Metrics) uint64 {
+		t := m.Total()
+		return t.TableBytesCompacted + t.BlobBytesCompacted
+	}), "compaction-written-B/decision")
 	var size int64
 	// Pebble may delete an obsolete file during the walk.
 	err = filepath.WalkDir(cfg.Dir, func(_ string, d fs.DirEntry, err error) error {
