@@ -41,8 +41,8 @@ var randPurposes = []string{keyhash.PurposePartition, keyhash.PurposeKey, "", "k
 
 // TestHashMatchesHMAC draws random inputs, most of them asked for several
 // times so that they are answered from the memo, and requires Hash, Step
-// and Steps to give exactly the HMAC computed here, on a plain Hasher and
-// on a narrow one.
+// and StepsIn (one Scratch serving every request in turn) to give exactly
+// the HMAC computed here, on a plain Hasher and on a narrow one.
 func TestHashMatchesHMAC(t *testing.T) {
 	r := rand.New(rand.NewPCG(76, 1))
 	vs := randValues(r, 3000)
@@ -56,6 +56,7 @@ func TestHashMatchesHMAC(t *testing.T) {
 				t.Fatalf("%s, hash %d: Hash(%q, %q) = %s, want %s", c.name, k, p, v, got, want)
 			}
 		}
+		var sc keyhash.Scratch
 		for k := range 300 {
 			steps := randSteps(r, vs)
 			orig := make([]engine.Step, len(steps))
@@ -63,11 +64,12 @@ func TestHashMatchesHMAC(t *testing.T) {
 				orig[i] = engine.Step{Partition: s.Partition, Commands: deepCopy(s.Commands)}
 			}
 			want := freshSteps(steps)
-			if got := c.h.Steps(steps); !reflect.DeepEqual(got, want) {
-				t.Fatalf("%s, request %d: Steps = %+v, want %+v", c.name, k, got, want)
+			if got := c.h.StepsIn(&sc, steps); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s, request %d: StepsIn = %+v, want %+v", c.name, k, got, want)
 			}
+			sc.Reset()
 			if !reflect.DeepEqual(steps, orig) {
-				t.Fatalf("%s, request %d: Steps modified its input", c.name, k)
+				t.Fatalf("%s, request %d: StepsIn modified its input", c.name, k)
 			}
 			if got := c.h.Step(steps[0].Partition, steps[0].Commands); !reflect.DeepEqual(got, want[0]) {
 				t.Fatalf("%s, request %d: Step = %+v, want %+v", c.name, k, got, want[0])
@@ -135,7 +137,7 @@ func randSteps(r *rand.Rand, vs []string) []engine.Step {
 	return steps
 }
 
-// freshSteps is Steps computed here with fresh: the partition name, every
+// freshSteps is StepsIn computed here with fresh: the partition name, every
 // non-empty command key and receipt, and every window and budget key
 // hashed.
 func freshSteps(steps []engine.Step) []engine.Step {

@@ -198,12 +198,6 @@ func (h *Hasher) Step(partition string, cmds []engine.Command) engine.Step {
 	return h.step(partition, cmds, &a)
 }
 
-// Steps returns a copy of steps with every partition name and key hashed
-// (see Step).
-func (h *Hasher) Steps(steps []engine.Step) []engine.Step {
-	return h.StepsIn(new(Scratch), steps)
-}
-
 // Scratch holds the backing arrays of the copies StepsIn makes, so that
 // they are reused: a copy made in a Scratch is valid until the Scratch is
 // used again or reset. Its zero value is ready to use.
@@ -221,7 +215,8 @@ func (sc *Scratch) Reset() {
 	clear(sc.a.budgets[:cap(sc.a.budgets)])
 }
 
-// StepsIn is Steps, its copy made in sc: once sc's arrays have grown to a
+// StepsIn returns a copy of steps with every partition name and key
+// hashed (see Step), made in sc: once sc's arrays have grown to a
 // request's size, hashing another of that size allocates nothing. The copy
 // is valid until sc is used again or reset.
 func (h *Hasher) StepsIn(sc *Scratch, steps []engine.Step) []engine.Step {
