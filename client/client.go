@@ -503,12 +503,27 @@ const (
 	PurposePrincipal  = "principal"              // fairness principals
 )
 
-// Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of
-// purpose, a zero byte and value. The client sends every partition name and
+// Hash returns the name the client gives value for purpose: the
+// HMAC-SHA256, keyed with the pepper, of purpose, a zero byte and value.
+// Under a pepper in the compact form (one beginning with CompactPrefix, as
+// every NewPepper does) the name is the MAC's first 16 bytes in unpadded
+// base64url, 22 characters; under any other pepper it is the whole MAC in
+// lowercase hex, 64 characters. The client sends every partition name and
 // key hashed this way, so raw identifiers never leave the process; use Hash
 // to build identities of your own (log fields, correlation ids) and to find
 // what the server holds for a value. Distinct purposes keep equal values
 // apart; a purpose must not contain a zero byte.
 func (c *Client) Hash(purpose, value string) string { return c.s.hash(purpose, value) }
+
+// CompactPrefix begins a pepper in the compact form, whose names are 22
+// characters rather than 64 (see Client.Hash). The prefix is part of the
+// pepper: the whole pepper keys the HMAC.
+const CompactPrefix = keyhash.CompactPrefix
+
+// NewPepper returns a fresh random pepper in the compact form:
+// CompactPrefix followed by 32 random bytes in unpadded base64url. It is
+// what sluice serve writes to a new data directory; use it to make a
+// pepper of your own for a secret store.
+func NewPepper() string { return keyhash.NewPepper() }
 
 func (s *shared) hash(purpose, value string) string { return s.hasher.Hash(purpose, value) }

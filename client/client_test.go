@@ -189,8 +189,20 @@ func TestHashIsPurposeSeparatedAndKeyed(t *testing.T) {
 	if client.New(other).Hash(client.PurposeKey, "x") == c.Hash(client.PurposeKey, "x") {
 		t.Fatal("the pepper does not key the hash")
 	}
-	if got := c.Hash(client.PurposeKey, "x"); got != c.Hash(client.PurposeKey, "x") || len(got) != 64 {
+	if got := c.Hash(client.PurposeKey, "x"); got != c.Hash(client.PurposeKey, "x") || len(got) != 64 || strings.Trim(got, "0123456789abcdef") != "" {
 		t.Fatalf("hash %q is not a stable 64-digit hex string", got)
+	}
+	// A pepper in the compact form names by 22 base64url characters, and
+	// its prefix keys the hash like the rest of it.
+	compact := h.config()
+	compact.Pepper = client.CompactPrefix + testPepper
+	cc := client.New(compact)
+	if got := cc.Hash(client.PurposeKey, "x"); got != cc.Hash(client.PurposeKey, "x") || len(got) != 22 ||
+		strings.Trim(got, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+		t.Fatalf("hash %q under a compact pepper is not a stable 22-character base64url string", got)
+	}
+	if p := client.NewPepper(); !strings.HasPrefix(p, client.CompactPrefix) || len(p) < wire.MinSecretLen {
+		t.Fatalf("NewPepper = %q, want a pepper in the compact form", p)
 	}
 }
 

@@ -99,7 +99,10 @@ type Config struct {
 	// Pepper keys the hash that replaces every partition name, key and
 	// identity before it leaves the process: at least 32 characters, and
 	// different from Secret. Every process sharing a quota must use the
-	// same pepper; changing it starts every counter afresh.
+	// same pepper; changing it starts every counter afresh. A pepper from
+	// NewPepper (as sluice serve creates) gives names of 22 characters;
+	// any pepper not beginning with CompactPrefix gives names of 64, as
+	// before (see Client.Hash).
 	Pepper string
 	// Timeout bounds one call, from sending to the decoded answer. Zero
 	// means DefaultTimeout; other values are clamped to MinTimeout …

@@ -82,9 +82,11 @@ feature — the client sends every call alone from then on.
 # Raw identifiers never leave the process
 
 Before a request is sent, every partition name and every key a command
-names (window, kv, budget, receipt, gate and pace keys) is replaced by the
-lowercase hex HMAC-SHA256, keyed with the pepper, of a purpose, a zero byte
-and the value ([Client.Hash], with [PurposePartition] or [PurposeKey]).
+names (window, kv, budget, receipt, gate and pace keys) is replaced by its
+name: the HMAC-SHA256, keyed with the pepper, of a purpose, a zero byte and
+the value ([Client.Hash], with [PurposePartition] or [PurposeKey]), 22
+characters of base64url under a pepper from [NewPepper] (one beginning
+with [CompactPrefix]) and 64 hex digits under any other.
 Values and lease ids are data, not identities, and travel as they are. The
 server, its store, its logs and its metrics see only hashes. Every process
 sharing a quota must use the same pepper; changing it starts every counter

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -20,7 +21,7 @@ import (
 // Example secrets. Real ones come from the environment or a secret store.
 const (
 	exampleSecret = "example-signing-secret-0123456789ab"
-	examplePepper = "example-key-pepper-0123456789abcdef"
+	examplePepper = "pepper-v2:example-key-pepper-0123456789abcdef" // the compact form, as NewPepper makes
 	exampleToken  = "example-operator-token-0123456789ab"
 )
 
@@ -238,4 +239,25 @@ func ExampleConfig_coalesce() {
 	fmt.Println("allowed:", allowed.Load())
 	// Output:
 	// allowed: 40
+}
+
+// NewPepper makes a pepper for a secret store, to give every process that
+// shares the quotas. A pepper from NewPepper, like the one sluice serve
+// writes to a new data directory, names keys by 22 characters; a pepper of
+// any other form, by 64 hex digits.
+func ExampleNewPepper() {
+	pepper := client.NewPepper()
+	cfg := client.DefaultConfig()
+	cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:7420", exampleSecret, pepper
+	c := client.New(cfg)
+	defer c.Close()
+	fmt.Println(strings.HasPrefix(pepper, client.CompactPrefix), len(c.Hash(client.PurposeKey, "user:42")))
+
+	cfg.Pepper = strings.TrimPrefix(pepper, client.CompactPrefix) // the hex form
+	old := client.New(cfg)
+	defer old.Close()
+	fmt.Println(len(old.Hash(client.PurposeKey, "user:42")))
+	// Output:
+	// true 22
+	// 64
 }

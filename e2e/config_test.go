@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"math/big"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -43,7 +45,14 @@ func TestZeroConfigFirstStart(t *testing.T) {
 			t.Errorf("%s: mode %v, want 0600", name, fi.Mode().Perm())
 		}
 		v := readCredential(t, s.DataDir(), name)
-		if b, err := hex.DecodeString(v); err != nil || len(b) != 32 {
+		if name == "pepper" {
+			// In the compact form, so that its clients name keys by 22
+			// characters.
+			rest, ok := strings.CutPrefix(v, client.CompactPrefix)
+			if b, err := base64.RawURLEncoding.DecodeString(rest); !ok || err != nil || len(b) != 32 {
+				t.Errorf("pepper holds %q, want %q and 32 random bytes in base64url", v, client.CompactPrefix)
+			}
+		} else if b, err := hex.DecodeString(v); err != nil || len(b) != 32 {
 			t.Errorf("%s holds %q, want 32 random bytes in hex", name, v)
 		}
 		creds[name] = v

@@ -43,6 +43,12 @@ type Options struct {
 	// HTTPVersion is the HTTP version of the Sluice configurations' client
 	// (client.Config.HTTPVersion); empty means the client's default.
 	HTTPVersion client.HTTPVersion
+	// HexNames gives the Sluice configurations a pepper of the hex form,
+	// whose clients name every partition and key by 64 hex digits, instead
+	// of one from client.NewPepper (22 characters), which a new data
+	// directory gets: for comparing the two, and with the figures of
+	// builds before names of 22 characters.
+	HexNames bool
 	// Coalesce is client.Config.Coalesce of the Sluice configurations
 	// that coalesce (all but sluice-1-single); zero means the client's
 	// default.

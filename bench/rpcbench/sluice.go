@@ -98,7 +98,13 @@ func randomSecret() string {
 }
 
 func (s *sluiceSystem) start(ctx context.Context, o Options) error {
-	secret, pepper, token := randomSecret(), randomSecret(), randomSecret()
+	// The credentials sluice serve creates for a new data directory: the
+	// pepper in the compact form, as client.NewPepper makes it, unless
+	// asked for the hex form.
+	secret, pepper, token := randomSecret(), client.NewPepper(), randomSecret()
+	if o.HexNames {
+		pepper = randomSecret()
+	}
 	dir, err := os.MkdirTemp(o.Dir, "sluice-bench-")
 	if err != nil {
 		return err

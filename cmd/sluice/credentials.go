@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/sluicehq/sluice/client"
 )
 
 // The credential files of a data directory. Each holds one value per line;
@@ -24,8 +26,19 @@ const (
 )
 
 // credentialBytes is the entropy of a generated credential: 32 random
-// bytes, written as 64 hex characters.
+// bytes, written as 64 hex characters, or for the pepper in the compact
+// form (client.NewPepper), whose clients name keys by 22 characters.
 const credentialBytes = 32
+
+// newCredential returns a fresh random value for the credential file name.
+func newCredential(name string) string {
+	if name == pepperFile {
+		return client.NewPepper()
+	}
+	var b [credentialBytes]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return hex.EncodeToString(b[:])
+}
 
 // credentials are the values a server and its local tools share.
 type credentials struct {
@@ -72,9 +85,7 @@ func loadOrCreate(dir, name string, log *slog.Logger) (values []string, created 
 	if !errors.Is(err, fs.ErrNotExist) {
 		return values, false, err
 	}
-	var b [credentialBytes]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
-	value := hex.EncodeToString(b[:])
+	value := newCredential(name)
 	switch err := createExclusive(path, []byte(value+"\n")); {
 	case errors.Is(err, fs.ErrExist):
 		// Another process created it first: use theirs.

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/client"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -39,6 +41,11 @@ func TestLoadOrCreate(t *testing.T) {
 	other, _, _ := loadOrCreate(dir, pepperFile, discard)
 	if other[0] == first[0] {
 		t.Error("two generated credentials are equal")
+	}
+	// The pepper is in the compact form, so that the clients reading it
+	// name keys by 22 characters.
+	if rest, ok := strings.CutPrefix(other[0], client.CompactPrefix); !ok || len(rest) != 43 {
+		t.Errorf("generated pepper %q, want %q and 32 random bytes in base64url", other[0], client.CompactPrefix)
 	}
 
 	entries, _ := os.ReadDir(dir)

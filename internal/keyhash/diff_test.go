@@ -42,14 +42,21 @@ var randPurposes = []string{keyhash.PurposePartition, keyhash.PurposeKey, "", "k
 // TestHashMatchesHMAC draws random inputs, most of them asked for several
 // times so that they are answered from the memo, and requires Hash, Step
 // and StepsIn (one Scratch serving every request in turn) to give exactly
-// the HMAC computed here, on a plain Hasher and on a narrow one.
+// the names computed here, on a plain Hasher and on a narrow one, under a
+// pepper of each form.
 func TestHashMatchesHMAC(t *testing.T) {
 	r := rand.New(rand.NewPCG(76, 1))
 	vs := randValues(r, 3000)
 	for _, c := range []struct {
-		name string
-		h    *keyhash.Hasher
-	}{{"plain", keyhash.New([]byte(pepper))}, {"narrow", keyhash.NewNarrow([]byte(pepper))}} {
+		name, pepper string
+		h            *keyhash.Hasher
+	}{
+		{"plain", pepper, keyhash.New([]byte(pepper))},
+		{"narrow", pepper, keyhash.NewNarrow([]byte(pepper))},
+		{"compact", compactPepper, keyhash.New([]byte(compactPepper))},
+		{"compact narrow", compactPepper, keyhash.NewNarrow([]byte(compactPepper))},
+	} {
+		fresh := func(p, v string) string { return freshWith(c.pepper, p, v) }
 		for k := range 40_000 {
 			p, v := randPurposes[r.IntN(len(randPurposes))], vs[r.IntN(len(vs))]
 			if got, want := c.h.Hash(p, v), fresh(p, v); got != want {
@@ -63,7 +70,7 @@ func TestHashMatchesHMAC(t *testing.T) {
 			for i, s := range steps {
 				orig[i] = engine.Step{Partition: s.Partition, Commands: deepCopy(s.Commands)}
 			}
-			want := freshSteps(steps)
+			want := freshSteps(c.pepper, steps)
 			if got := c.h.StepsIn(&sc, steps); !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s, request %d: StepsIn = %+v, want %+v", c.name, k, got, want)
 			}
@@ -137,10 +144,11 @@ func randSteps(r *rand.Rand, vs []string) []engine.Step {
 	return steps
 }
 
-// freshSteps is StepsIn computed here with fresh: the partition name, every
-// non-empty command key and receipt, and every window and budget key
-// hashed.
-func freshSteps(steps []engine.Step) []engine.Step {
+// freshSteps is StepsIn under pepper p computed here with freshWith: the
+// partition name, every non-empty command key and receipt, and every window
+// and budget key hashed.
+func freshSteps(p string, steps []engine.Step) []engine.Step {
+	fresh := func(purpose, value string) string { return freshWith(p, purpose, value) }
 	out := make([]engine.Step, len(steps))
 	for i, s := range steps {
 		cmds := deepCopy(s.Commands)

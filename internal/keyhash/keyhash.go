@@ -2,8 +2,15 @@
 // names and keys — with keyed hashes, so that raw identifiers never leave
 // the process that holds them.
 //
-// A value is replaced by the lowercase hex HMAC-SHA256, keyed with a pepper,
-// of a purpose, a zero byte and the value. The client package hashes every
+// A value is replaced by its name: the HMAC-SHA256, keyed with a pepper, of
+// a purpose, a zero byte and the value, written in one of two forms that
+// the pepper chooses. A pepper in the compact form, one that begins with
+// [CompactPrefix] (as [NewPepper]'s do), names a value by the MAC's first
+// 16 bytes in unpadded base64url, 22 characters; any other pepper by the
+// whole MAC in lowercase hex, 64 characters. Since the pepper chooses, two
+// processes sharing a pepper always name alike, and a store named under a
+// pepper of the hex form keeps its names (decision 0086). The client
+// package hashes every
 // request it sends this way; a server that reaches the same records from
 // its own side (the limiter registry of /v1/limiters) wraps its store with
 // [NewStore] under the same pepper, so both name the same partitions.
@@ -17,17 +24,20 @@
 // in on its second miss in a short while; an input (purpose, zero byte and
 // value) of more than 255 bytes is never remembered. Full, it takes about
 // 2.5 MiB for keys of a few dozen bytes and under 6 MiB however long. A
-// remembered hash is the string the HMAC gave, so the memo changes no
+// remembered name is the string the HMAC gave, so the memo changes no
 // output (decision 0076).
 package keyhash
 
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"hash"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -40,9 +50,29 @@ const (
 	PurposeKey       = "key"       // window, kv, budget, receipt, gate and pace keys
 )
 
+// CompactPrefix begins a pepper in the compact form, whose names are 22
+// characters of unpadded base64url (see the package documentation). The
+// prefix is part of the pepper: the whole pepper keys the HMAC.
+const CompactPrefix = "pepper-v2:"
+
+// compactBytes is how much of the MAC a compact name holds: 128 bits, half
+// of HMAC-SHA256's output, the shortest truncation RFC 2104 advises.
+const compactBytes = 16
+
+// NewPepper returns a fresh random pepper in the compact form:
+// CompactPrefix followed by 32 random bytes in unpadded base64url.
+func NewPepper() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go ≥ 1.24)
+	return CompactPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
 // Hasher hashes values with one pepper. It is safe for concurrent use.
 type Hasher struct {
 	pepper []byte
+	// compact reports whether the pepper is in the compact form, whose
+	// names are base64url rather than hex.
+	compact bool
 	// states recycles HMAC states keyed with the pepper, with their
 	// buffers: keying one costs two SHA-256 blocks and several
 	// allocations, Reset only a copy.
@@ -66,9 +96,9 @@ const (
 
 // A memoSet holds up to memoWays hashes. Each entry is immutable,
 // published by an atomic store and never written after it: the input
-// (purpose, zero byte and value) and the 64 hex digits of its hash. A
+// (purpose, zero byte and value) and the name of its hash. A
 // reader loads an entry, compares the input it holds with its own and, if
-// they are equal, returns the digits, which are the string the HMAC gave.
+// they are equal, returns the name, which is the string the HMAC gave.
 //
 // tags holds 16 bits of the value hash of each entry, so that a lookup
 // reads only the entries that may match. A tag is a hint, written apart
@@ -95,33 +125,40 @@ type memoSet struct {
 }
 
 // A memoEntry is one remembered hash: in is the input (purpose, zero byte
-// and value) and hex its digits, the two parts of one string, so that an
-// entry is two allocations.
+// and value) and name the name of its hash, the two parts of one string,
+// so that an entry is two allocations.
 type memoEntry struct {
-	in, hex string
+	in, name string
 }
 
 // state is one HMAC keyed with the pepper and the buffers a hash needs, so
 // that a hash allocates only the string it returns.
 type state struct {
-	mac hash.Hash
-	in  []byte
-	sum [sha256.Size]byte
-	hex [2 * sha256.Size]byte
+	mac  hash.Hash
+	in   []byte
+	sum  [sha256.Size]byte
+	name [2 * sha256.Size]byte // room for the longer form of a name
 }
 
-// New returns a Hasher keyed with pepper. The caller checks the pepper's
-// length; New keeps its own copy.
+// New returns a Hasher keyed with pepper, naming values in the form the
+// pepper chooses (see the package documentation). The caller checks the
+// pepper's length; New keeps its own copy.
 func New(pepper []byte) *Hasher {
-	h := &Hasher{pepper: append([]byte(nil), pepper...), seed: maphash.MakeSeed(), memo: make([]memoSet, memoSets), narrow: ^uint64(0)}
+	h := &Hasher{
+		pepper:  append([]byte(nil), pepper...),
+		compact: strings.HasPrefix(string(pepper), CompactPrefix),
+		seed:    maphash.MakeSeed(),
+		memo:    make([]memoSet, memoSets),
+		narrow:  ^uint64(0),
+	}
 	h.states.New = func() any { return &state{mac: hmac.New(sha256.New, h.pepper)} }
 	return h
 }
 
-// Hash returns the lowercase hex HMAC-SHA256, keyed with the pepper, of
-// purpose, a zero byte and value. A purpose must not contain a zero byte.
-// A hash asked for again is answered from the memo (see the package
-// documentation).
+// Hash returns the name of purpose and value: the HMAC-SHA256, keyed with
+// the pepper, of purpose, a zero byte and value, in the form the pepper
+// chooses (see the package documentation). A purpose must not contain a
+// zero byte. A hash asked for again is answered from the memo.
 func (h *Hasher) Hash(purpose, value string) string {
 	n := len(purpose) + 1 + len(value)
 	if n > memoMaxIn {
@@ -140,7 +177,7 @@ func (h *Hasher) Hash(purpose, value string) string {
 		}
 		if e := set.ents[i].Load(); e != nil && len(e.in) == n {
 			if e.in[:len(purpose)] == purpose && e.in[len(purpose)] == 0 && e.in[len(purpose)+1:] == value {
-				return e.hex
+				return e.name
 			}
 		}
 	}
@@ -153,10 +190,10 @@ func (h *Hasher) Hash(purpose, value string) string {
 	st.mac.Reset()
 	st.in = append(append(append(st.in[:0], purpose...), 0), value...)
 	st.mac.Write(st.in)
-	st.in = hex.AppendEncode(st.in, st.mac.Sum(st.sum[:0]))
+	st.in = h.appendName(st.in, st.mac.Sum(st.sum[:0]))
 	s := string(st.in)
 	h.states.Put(st)
-	e := &memoEntry{in: s[:n], hex: s[n:]}
+	e := &memoEntry{in: s[:n], name: s[n:]}
 	i := set.next.Load() % memoWays
 	set.next.Store(i + 1)
 	set.ents[i].Store(e)
@@ -166,7 +203,7 @@ func (h *Hasher) Hash(purpose, value string) string {
 			break
 		}
 	}
-	return e.hex
+	return e.name
 }
 
 // hash is Hash without the memo: for an input too long for it, and for an
@@ -176,13 +213,20 @@ func (h *Hasher) hash(purpose, value string) string {
 	st.mac.Reset()
 	st.in = append(append(append(st.in[:0], purpose...), 0), value...)
 	st.mac.Write(st.in)
-	hex.Encode(st.hex[:], st.mac.Sum(st.sum[:0]))
-	out := string(st.hex[:])
+	out := string(h.appendName(st.name[:0], st.mac.Sum(st.sum[:0])))
 	if cap(st.in) > maxKept {
 		st.in = nil // a rare long value: let its buffer go
 	}
 	h.states.Put(st)
 	return out
+}
+
+// appendName appends the name of MAC sum to dst, in the pepper's form.
+func (h *Hasher) appendName(dst, sum []byte) []byte {
+	if h.compact {
+		return base64.RawURLEncoding.AppendEncode(dst, sum[:compactBytes])
+	}
+	return hex.AppendEncode(dst, sum)
 }
 
 // maxKept bounds the input buffer a pooled state keeps between hashes.

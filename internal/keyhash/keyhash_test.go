@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -14,7 +15,10 @@ import (
 	"github.com/sluicehq/sluice/store/memstore"
 )
 
-const pepper = "test-key-pepper-0123456789abcdefghij"
+const (
+	pepper        = "test-key-pepper-0123456789abcdefghij"
+	compactPepper = keyhash.CompactPrefix + pepper
+)
 
 // TestHashKnownAnswers pins the hash to HMAC-SHA256(pepper, purpose ‖ 0 ‖
 // value), computed independently:
@@ -33,6 +37,22 @@ func TestHashKnownAnswers(t *testing.T) {
 			}
 		}
 	}
+	// A pepper in the compact form names by the MAC's first 16 bytes in
+	// unpadded base64url, the prefix keying the MAC with the rest:
+	//
+	//	printf 'partition\0user:42' | openssl dgst -sha256 -hmac "$PEPPER" -binary |
+	//		head -c 16 | base64 | tr '+/' '-_' | tr -d =
+	compact := keyhash.New([]byte(compactPepper))
+	for _, c := range []struct{ purpose, value, want string }{
+		{keyhash.PurposePartition, "user:42", "TcOPGYhVyNcZnafRzJPqAw"},
+		{keyhash.PurposeKey, "per-minute", "PepM98cwRrfoE-PYls7G-Q"},
+	} {
+		for range 2 {
+			if got := compact.Hash(c.purpose, c.value); got != c.want {
+				t.Errorf("compact: Hash(%q, %q) = %s, want %s", c.purpose, c.value, got, c.want)
+			}
+		}
+	}
 	if keyhash.New([]byte(pepper+"x")).Hash(keyhash.PurposeKey, "per-minute") == h.Hash(keyhash.PurposeKey, "per-minute") {
 		t.Error("another pepper gives the same hash")
 	}
@@ -40,6 +60,32 @@ func TestHashKnownAnswers(t *testing.T) {
 		t.Error("two purposes give the same hash")
 	}
 }
+
+// TestNewPepperIsCompact checks that a new pepper is in the compact form,
+// random, and names every value by 22 base64url characters.
+func TestNewPepperIsCompact(t *testing.T) {
+	a, b := keyhash.NewPepper(), keyhash.NewPepper()
+	if a == b {
+		t.Fatalf("two new peppers are equal: %q", a)
+	}
+	for _, p := range []string{a, b} {
+		rest, ok := strings.CutPrefix(p, keyhash.CompactPrefix)
+		if !ok || len(rest) != 43 || strings.Trim(rest, base64URL) != "" {
+			t.Fatalf("NewPepper = %q, want %q and 43 base64url characters", p, keyhash.CompactPrefix)
+		}
+		h := keyhash.New([]byte(p))
+		for _, v := range []string{"", "user:42", strings.Repeat("x", 1000)} {
+			if name := h.Hash(keyhash.PurposeKey, v); len(name) != 22 || strings.Trim(name, base64URL) != "" {
+				t.Errorf("Hash(key, %.10q…) = %q, want 22 base64url characters", v, name)
+			}
+		}
+	}
+	if name := keyhash.New([]byte(pepper)).Hash(keyhash.PurposeKey, "user:42"); len(name) != 64 || strings.Trim(name, "0123456789abcdef") != "" {
+		t.Errorf("a pepper of the hex form named %q, want 64 lowercase hex digits", name)
+	}
+}
+
+const base64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 // TestStepHashesEveryIdentifier checks that every key a command can name is
 // hashed, that data is not, and that the input is left as it was.

@@ -3,6 +3,7 @@ package keyhash_test
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -13,10 +14,19 @@ import (
 	"github.com/sluicehq/sluice/internal/keyhash"
 )
 
-// fresh is the hash of purpose and value computed here, without a Hasher.
-func fresh(purpose, value string) string {
-	m := hmac.New(sha256.New, []byte(pepper))
+// fresh is the name of purpose and value under pepper computed here,
+// without a Hasher.
+func fresh(purpose, value string) string { return freshWith(pepper, purpose, value) }
+
+// freshWith is the name of purpose and value under p computed here: the
+// whole MAC in hex, or for a pepper in the compact form its first 16 bytes
+// in unpadded base64url.
+func freshWith(p, purpose, value string) string {
+	m := hmac.New(sha256.New, []byte(p))
 	m.Write([]byte(purpose + "\x00" + value))
+	if strings.HasPrefix(p, "pepper-v2:") {
+		return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 

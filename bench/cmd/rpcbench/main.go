@@ -37,6 +37,7 @@ func main() {
 		dir      = flag.String("dir", "", "parent of the durable store's temporary data directory (default the system temporary directory)")
 		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
+		hexNames = flag.Bool("hex-names", false, "give Sluice's clients a pepper of the hex form, whose names are 64 hex digits, rather than one from client.NewPepper (22 characters), as a new data directory has")
 		coalesce = flag.Int("coalesce", 0, "RPCs Sluice's client has in flight before it coalesces calls into envelopes (client.Config.Coalesce; 0: the client's default)")
 		memtable = flag.Int("memtable", 0, "the durable store's Pebble memtable size in MiB (diskstore.Config.MemTableBytes; 0: the store's default)")
 		procs    = flag.Int("sluice-procs", 0, "GOMAXPROCS while a Sluice configuration runs; the peers and floors keep the process's (0: the process's for all)")
@@ -57,7 +58,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 
-	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer), Coalesce: *coalesce, SluiceProcs: *procs}
+	opts := rpcbench.Options{Clients: *clients, Warmup: *warmup, Duration: *duration, Keys: *keys, Dir: *dir, HTTPVersion: client.HTTPVersion(*httpVer), Coalesce: *coalesce, HexNames: *hexNames, SluiceProcs: *procs}
 	if *procs < 0 {
 		fmt.Fprintln(os.Stderr, "rpcbench: -sluice-procs must be 0 or more")
 		os.Exit(2)
@@ -81,7 +82,11 @@ func main() {
 	if opts.HTTPVersion == client.HTTP2 {
 		httpName = "HTTP/2 (h2c)"
 	}
-	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; Sluice's store: diskstore, fsync %s; Sluice's client: %s\n\n", *clients, *warmup, *duration, *rounds, *keys, policy, httpName)
+	names := "names of 22 characters (client.NewPepper)"
+	if opts.HexNames {
+		names = "names of 64 hex digits (-hex-names)"
+	}
+	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; Sluice's store: diskstore, fsync %s; Sluice's client: %s, %s\n\n", *clients, *warmup, *duration, *rounds, *keys, policy, httpName, names)
 	if policy != diskstore.SyncAlways {
 		fmt.Printf("NOTE: fsync %s is not the durable configuration the aims are set for.\n\n", policy)
 	}
