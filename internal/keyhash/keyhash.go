@@ -9,13 +9,14 @@
 // 16 bytes in unpadded base64url, 22 characters; any other pepper by the
 // whole MAC in lowercase hex, 64 characters. Since the pepper chooses, two
 // processes sharing a pepper always name alike, and a store named under a
-// pepper of the hex form keeps its names (decision 0086). The client
-// package hashes every
-// request it sends this way; a server that reaches the same records from
-// its own side (the limiter registry of /v1/limiters) wraps its store with
-// [NewStore] under the same pepper, so both name the same partitions.
-// Hashing in two places with two implementations would let them drift
-// apart silently, so both use this one.
+// pepper of the hex form keeps its names (decision 0086).
+//
+// The client package hashes every request it sends this way; a server
+// that reaches the same records from its own side (the limiter registry of
+// /v1/limiters) wraps its store with [NewStore] under the same pepper, so
+// both name the same partitions. Hashing in two places with two
+// implementations would let them drift apart silently, so both use this
+// one.
 //
 // A [Hasher] remembers its recent hashes, so that a value hashed again —
 // the same user's or the same API key's limit, call after call — costs a
