@@ -178,8 +178,3 @@ func (c *Command) paceLimit() algo.PaceLimit {
 	}
 	return algo.PaceLimit{Limit: c.Limit, Window: c.WindowMs, RefillPermille: refill}
 }
-
-// readOnly reports whether c never changes state.
-func (c *Command) readOnly() bool {
-	return c.Op == OpGet || c.Op == OpTTL
-}

@@ -127,7 +127,6 @@ type faultStore struct {
 	failNext int
 	lose     bool
 	fail     func(*engine.Batch) bool
-	failed   int
 }
 
 func (f *faultStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
@@ -137,9 +136,6 @@ func (f *faultStore) Apply(ctx context.Context, b *engine.Batch, out *engine.Ste
 		f.failNext--
 	}
 	lose := f.lose
-	if fail {
-		f.failed++
-	}
 	f.mu.Unlock()
 	if !fail {
 		return f.Store.Apply(ctx, b, out)
@@ -156,12 +152,6 @@ func (f *faultStore) set(fn func(f *faultStore)) {
 	f.mu.Lock()
 	fn(f)
 	f.mu.Unlock()
-}
-
-func (f *faultStore) failures() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.failed
 }
 
 // hasOp reports whether a batch holds a command of op.
