@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/memstore"
@@ -170,6 +171,36 @@ func TestPing(t *testing.T) {
 	out, err := runSluice(t, nil, "ping", "--url", hs.URL)
 	if err != nil || !strings.Contains(out, "protocol  1") || !strings.Contains(out, "ready     yes") {
 		t.Errorf("ping: %v, %q", err, out)
+	}
+}
+
+// TestPepperCommand prints two peppers: each in the compact form, fresh,
+// and accepted by a client, which then names keys by 22 characters.
+func TestPepperCommand(t *testing.T) {
+	var peppers []string
+	for range 2 {
+		out, err := runSluice(t, nil, "pepper")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := strings.CutSuffix(out, "\n")
+		if !ok || !strings.HasPrefix(p, client.CompactPrefix) || strings.ContainsAny(p, " \n") {
+			t.Fatalf("sluice pepper printed %q, want one pepper in the compact form on a line", out)
+		}
+		cfg := client.DefaultConfig()
+		cfg.URL, cfg.Secret, cfg.Pepper = "http://127.0.0.1:7420", testSecret, p
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("a client refuses the pepper: %v", err)
+		}
+		c := client.New(cfg)
+		if name := c.Hash(client.PurposeKey, "user:42"); len(name) != 22 {
+			t.Errorf("under %q a key is named %q, want 22 characters", p, name)
+		}
+		c.Close()
+		peppers = append(peppers, p)
+	}
+	if peppers[0] == peppers[1] {
+		t.Errorf("two peppers are equal: %q", peppers[0])
 	}
 }
 

@@ -9,6 +9,7 @@
 //	sluice limits sample|apply|stats
 //	                              keep a server's paced-call limiters in a
 //	                              limits file under version control
+//	sluice pepper                 print a new key-hashing pepper
 //
 // Every flag has a SLUICE_* environment variable as its fallback; run
 // "sluice help COMMAND" for the list. docs/operations.md describes running

@@ -40,7 +40,7 @@ Every flag falls back to the SLUICE_* environment variable named in its help.`,
 		return fmt.Errorf("%w (see %q)", err, cmd.CommandPath()+" --help")
 	})
 	root.AddCommand(newServeCmd(), newPingCmd(), newHitCmd(), newControlCmd())
-	root.AddCommand(newLimitsCmd())
+	root.AddCommand(newLimitsCmd(), newPepperCmd())
 	return root
 }
 
