@@ -197,6 +197,7 @@ func TestHashIsPurposeSeparatedAndKeyed(t *testing.T) {
 	compact := h.config()
 	compact.Pepper = client.CompactPrefix + testPepper
 	cc := client.New(compact)
+	defer cc.Close()
 	if got := cc.Hash(client.PurposeKey, "x"); got != cc.Hash(client.PurposeKey, "x") || len(got) != 22 ||
 		strings.Trim(got, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
 		t.Fatalf("hash %q under a compact pepper is not a stable 22-character base64url string", got)

@@ -253,7 +253,7 @@ func ExampleNewPepper() {
 	defer c.Close()
 	fmt.Println(strings.HasPrefix(pepper, client.CompactPrefix), len(c.Hash(client.PurposeKey, "user:42")))
 
-	cfg.Pepper = strings.TrimPrefix(pepper, client.CompactPrefix) // the hex form
+	cfg.Pepper = strings.TrimPrefix(pepper, client.CompactPrefix) // without the prefix: a pepper of the hex form
 	old := client.New(cfg)
 	defer old.Close()
 	fmt.Println(len(old.Hash(client.PurposeKey, "user:42")))

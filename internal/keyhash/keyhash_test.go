@@ -21,35 +21,30 @@ const (
 )
 
 // TestHashKnownAnswers pins the hash to HMAC-SHA256(pepper, purpose ‖ 0 ‖
-// value), computed independently:
+// value), computed independently, in hex:
 //
 //	printf 'partition\0user:42' | openssl dgst -sha256 -hmac "$PEPPER"
+//
+// and under a pepper in the compact form, whose prefix keys the MAC with
+// the rest, by its first 16 bytes in unpadded base64url:
+//
+//	printf 'partition\0user:42' | openssl dgst -sha256 -hmac "$PEPPER" -binary |
+//		head -c 16 | base64 | tr '+/' '-_' | tr -d =
 func TestHashKnownAnswers(t *testing.T) {
-	h := keyhash.New([]byte(pepper))
-	for _, c := range []struct{ purpose, value, want string }{
-		{keyhash.PurposePartition, "user:42", "5dac9a48e538f50e896ac2f09043b11c2e3fe5da263043a2c624dc0ad2ff889b"},
-		{keyhash.PurposeKey, "per-minute", "6614b26a98aa17e0e309e37fb2a0506764a4e103e12290f8cfb470ebc804fff0"},
+	h, compact := keyhash.New([]byte(pepper)), keyhash.New([]byte(compactPepper))
+	for _, c := range []struct {
+		h                    *keyhash.Hasher
+		purpose, value, want string
+	}{
+		{h, keyhash.PurposePartition, "user:42", "5dac9a48e538f50e896ac2f09043b11c2e3fe5da263043a2c624dc0ad2ff889b"},
+		{h, keyhash.PurposeKey, "per-minute", "6614b26a98aa17e0e309e37fb2a0506764a4e103e12290f8cfb470ebc804fff0"},
+		{compact, keyhash.PurposePartition, "user:42", "TcOPGYhVyNcZnafRzJPqAw"},
+		{compact, keyhash.PurposeKey, "per-minute", "PepM98cwRrfoE-PYls7G-Q"},
 	} {
 		// Twice: the second call reuses a pooled MAC, which must start clean.
 		for range 2 {
-			if got := h.Hash(c.purpose, c.value); got != c.want {
+			if got := c.h.Hash(c.purpose, c.value); got != c.want {
 				t.Errorf("Hash(%q, %q) = %s, want %s", c.purpose, c.value, got, c.want)
-			}
-		}
-	}
-	// A pepper in the compact form names by the MAC's first 16 bytes in
-	// unpadded base64url, the prefix keying the MAC with the rest:
-	//
-	//	printf 'partition\0user:42' | openssl dgst -sha256 -hmac "$PEPPER" -binary |
-	//		head -c 16 | base64 | tr '+/' '-_' | tr -d =
-	compact := keyhash.New([]byte(compactPepper))
-	for _, c := range []struct{ purpose, value, want string }{
-		{keyhash.PurposePartition, "user:42", "TcOPGYhVyNcZnafRzJPqAw"},
-		{keyhash.PurposeKey, "per-minute", "PepM98cwRrfoE-PYls7G-Q"},
-	} {
-		for range 2 {
-			if got := compact.Hash(c.purpose, c.value); got != c.want {
-				t.Errorf("compact: Hash(%q, %q) = %s, want %s", c.purpose, c.value, got, c.want)
 			}
 		}
 	}
