@@ -38,6 +38,29 @@ func TestSmoke(t *testing.T) {
 	}
 }
 
+// TestHexNames checks that Options.HexNames reaches Sluice's client: the
+// same calls log longer names (64 hex digits rather than 22 characters),
+// and so more bytes per decision, under a pepper of the hex form.
+func TestHexNames(t *testing.T) {
+	cfgs, err := Select("sluice-32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perDecision := map[bool]float64{}
+	for _, hex := range []bool{false, true} {
+		r, err := Measure(t.Context(), cfgs[0], Options{Clients: 4, Calls: 200, Keys: 1000, Dir: t.TempDir(), HexNames: hex})
+		if err != nil || r.Errors != 0 {
+			t.Fatalf("hex names %v: %v, %d errors (first %v)", hex, err, r.Errors, r.FirstErr)
+		}
+		perDecision[hex] = r.WALBytesPerDecision()
+	}
+	t.Logf("log bytes per decision: %.1f with hex names, %.1f without", perDecision[true], perDecision[false])
+	// Every hit logs at least its key's name, 42 bytes longer in hex.
+	if perDecision[true] < perDecision[false]+30 {
+		t.Errorf("log bytes per decision: %.1f with hex names, %.1f without; want at least 30 more with", perDecision[true], perDecision[false])
+	}
+}
+
 // TestSelect checks configuration selection by name and by group.
 func TestSelect(t *testing.T) {
 	all, err := Select("")
