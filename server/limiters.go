@@ -91,9 +91,7 @@ func (s *Server) routeLimiters() {
 }
 
 func (s *Server) handleLimiterList(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	if !methodAllowed(w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
 	if !s.limitsAuthorized(w, r) {
@@ -123,11 +121,7 @@ func (s *Server) handleLimiterList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleLimiter(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch:
-	default:
-		w.Header().Set("Allow", "GET, HEAD, PUT, PATCH")
-		writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	if !methodAllowed(w, r, http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch) {
 		return
 	}
 	if !s.limitsAuthorized(w, r) {

@@ -51,9 +51,7 @@ func (s *Server) routePolicies() {
 }
 
 func (s *Server) handlePolicyList(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	if !methodAllowed(w, r, http.MethodGet, http.MethodHead) {
 		return
 	}
 	if !s.limitsAuthorized(w, r) {
@@ -83,11 +81,7 @@ func (s *Server) handlePolicyList(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePolicy(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete:
-	default:
-		w.Header().Set("Allow", "GET, HEAD, PUT, DELETE")
-		writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	if !methodAllowed(w, r, http.MethodGet, http.MethodHead, http.MethodPut, http.MethodDelete) {
 		return
 	}
 	if !s.limitsAuthorized(w, r) {

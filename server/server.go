@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,14 +149,31 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if method, ok := allow[r.URL.Path]; ok {
 			if method == http.MethodGet {
-				method += ", " + http.MethodHead
+				notAllowed(w, r, method, http.MethodHead)
+			} else {
+				notAllowed(w, r, method)
 			}
-			w.Header().Set("Allow", method)
-			writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
 			return
 		}
 		writeProblem(w, wire.CodeNotFound, "no such endpoint")
 	})
+}
+
+// methodAllowed reports whether r's method is one of methods, and
+// otherwise answers it 405 (see notAllowed).
+func methodAllowed(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	if slices.Contains(methods, r.Method) {
+		return true
+	}
+	notAllowed(w, r, methods...)
+	return false
+}
+
+// notAllowed answers r 405 method_not_allowed, with an Allow header
+// naming the methods its path takes.
+func notAllowed(w http.ResponseWriter, r *http.Request, methods ...string) {
+	w.Header().Set("Allow", strings.Join(methods, ", "))
+	writeProblem(w, wire.CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
 }
 
 func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
