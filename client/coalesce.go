@@ -84,8 +84,9 @@ func readyEnvelope(queued []*pending) bool { return bodies(queued) >= readyBody 
 // passed) never reads them.
 type pending struct {
 	ctx    context.Context // the caller's
+	id     string          // the request's operation id
 	body   []byte          // the encoded request, owned
-	resp   engine.Response
+	reply  reply
 	err    error
 	done   chan struct{}
 	gaveUp atomic.Bool // the caller's wait timed out
@@ -117,12 +118,12 @@ func (p *pending) Abandoned() bool { return p.gaveUp.Load() || p.ctx.Err() != ni
 // its own: deriving a context with a deadline for every call, and
 // cancelling it, took 3.6 % of the CPU of a process serving and sending
 // 64 callers' one-decision calls (docs/benchmarks.md).
-func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) error {
+func (s *shared) do(ctx context.Context, id string, body []byte, out *reply) error {
 	co := s.co
 	if co == nil || co.single.Load() {
 		return s.rpcWithin(ctx, body, out)
 	}
-	p, now := co.Enter(func() *pending { return &pending{ctx: ctx, body: body, done: make(chan struct{})} }, s.send)
+	p, now := co.Enter(func() *pending { return &pending{ctx: ctx, id: id, body: body, done: make(chan struct{})} }, s.send)
 	if now {
 		err := s.rpcWithin(ctx, body, out)
 		co.Leave(s.send)
@@ -132,7 +133,7 @@ func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) erro
 	defer s.putTimer(t)
 	select {
 	case <-p.done:
-		*out = p.resp
+		*out = p.reply
 		return p.err
 	case <-ctx.Done():
 		return unavailable(ctx.Err())
@@ -144,7 +145,7 @@ func (s *shared) do(ctx context.Context, body []byte, out *engine.Response) erro
 
 // rpcWithin sends body alone as an RPC, bounded by ctx and the client's
 // timeout.
-func (s *shared) rpcWithin(ctx context.Context, body []byte, out *engine.Response) error {
+func (s *shared) rpcWithin(ctx context.Context, body []byte, out *reply) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.rpc(ctx, body, out)
@@ -179,12 +180,13 @@ func (s *shared) putTimer(t *time.Timer) {
 // endpoint it sends each alone, and so every call from then on.
 func (s *shared) send(batch []*pending) {
 	if len(batch) > 1 && !s.co.single.Load() {
-		answers, err := s.envelope(batch)
+		answers, minimal, err := s.envelope(batch)
 		if err != errNoEnvelope {
 			for i, p := range batch {
 				p.err = err
 				if err == nil {
-					p.err = answerOf(&answers[i], &p.resp)
+					p.err = answerOf(p.id, &answers[i], &p.reply.resp)
+					p.reply.minimal = minimal
 				}
 				close(p.done)
 			}
@@ -216,14 +218,17 @@ func (s *shared) sendAlone(p *pending) {
 	if p.gaveUp.Load() {
 		cancel()
 	}
-	p.err = s.rpc(ctx, p.body, &p.resp)
+	p.err = s.rpc(ctx, p.body, &p.reply)
 	close(p.done)
 }
 
-// answerOf maps one answer of an envelope to what the call it answers
-// returns, as if it had been answered alone.
-func answerOf(a *wire.Answer, out *engine.Response) error {
+// answerOf maps one answer of an envelope to what the call it answers,
+// of operation id id, returns, as if it had been answered alone. An answer
+// naming another operation is none of the call's.
+func answerOf(id string, a *wire.Answer, out *engine.Response) error {
 	switch {
+	case a.OperationID != "" && a.OperationID != id:
+		return unavailable(fmt.Errorf("envelope answer of operation %q for operation %q", a.OperationID, id))
 	case a.Status == http.StatusOK && a.Response != nil:
 		*out = *a.Response
 		return nil
@@ -237,9 +242,10 @@ func answerOf(a *wire.Answer, out *engine.Response) error {
 var errNoEnvelope = fmt.Errorf("%w: the server serves no %s", ErrUnavailable, wire.PathRPCs)
 
 // envelope sends the requests of batch as one envelope and returns their
-// answers, one per request. The envelope serves several callers, so it is
-// bounded by the client's timeout rather than by any caller's context.
-func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
+// answers, one per request, and whether the server wrote their responses in
+// the minimal form. The envelope serves several callers, so it is bounded by
+// the client's timeout rather than by any caller's context.
+func (s *shared) envelope(batch []*pending) ([]wire.Answer, bool, error) {
 	bodies := make([][]byte, len(batch))
 	size := 0
 	for i, p := range batch {
@@ -252,34 +258,35 @@ func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcsURL, bytes.NewReader(body))
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, false, unavailable(err)
 	}
 	s.sign(req, wire.PathRPCs, body)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	status, answer, err := s.roundTrip(req, (*buf)[:0], maxAnswer*len(batch))
-	*buf = answer[:0]
+	rep, err := s.roundTrip(req, (*buf)[:0], maxAnswer*len(batch))
+	*buf = rep.body[:0]
+	answer := rep.body
 	switch {
 	case err != nil:
-		return nil, err
-	case status == http.StatusNotFound:
-		return nil, errNoEnvelope
-	case status != http.StatusOK:
-		return nil, envelopeError(status, answer)
+		return nil, false, err
+	case rep.status == http.StatusNotFound:
+		return nil, false, errNoEnvelope
+	case rep.status != http.StatusOK:
+		return nil, false, envelopeError(rep.status, answer)
 	}
 	var resp wire.EnvelopeResponse
 	if err := wire.DecodeEnvelopeResponse(answer, &resp); err != nil {
-		return nil, unavailable(fmt.Errorf("undecodable envelope answer: %w", err))
+		return nil, false, unavailable(fmt.Errorf("undecodable envelope answer: %w", err))
 	}
 	if len(resp.Answers) != len(batch) {
-		return nil, unavailable(fmt.Errorf("envelope answer holds %d answers for %d requests", len(resp.Answers), len(batch)))
+		return nil, false, unavailable(fmt.Errorf("envelope answer holds %d answers for %d requests", len(resp.Answers), len(batch)))
 	}
-	return resp.Answers, nil
+	return resp.Answers, rep.minimal, nil
 }
 
 // rpc sends body, one encoded request, as a signed RPC and decodes a
 // successful answer into out.
-func (s *shared) rpc(ctx context.Context, body []byte, out *engine.Response) error {
+func (s *shared) rpc(ctx context.Context, body []byte, out *reply) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcURL, bytes.NewReader(body))
 	if err != nil {
 		return unavailable(err)
@@ -287,17 +294,18 @@ func (s *shared) rpc(ctx context.Context, body []byte, out *engine.Response) err
 	s.sign(req, wire.PathRPC, body)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	status, answer, err := s.roundTrip(req, (*buf)[:0], maxAnswer)
-	*buf = answer[:0]
+	rep, err := s.roundTrip(req, (*buf)[:0], maxAnswer)
+	*buf = rep.body[:0]
 	if err != nil {
 		return err
 	}
-	if status != http.StatusOK {
-		return answerError(status, answer)
+	if rep.status != http.StatusOK {
+		return answerError(rep.status, rep.body)
 	}
-	if err := wire.DecodeResponse(answer, out); err != nil {
+	if err := wire.DecodeResponse(rep.body, &out.resp); err != nil {
 		return unavailable(fmt.Errorf("undecodable answer: %w", err))
 	}
+	out.minimal = rep.minimal
 	return nil
 }
 
@@ -308,4 +316,5 @@ func (s *shared) sign(req *http.Request, path string, body []byte) {
 	req.Header[headerContentType] = jsonContentType
 	req.Header[wire.HeaderTimestamp] = []string{strconv.FormatInt(ts, 10)}
 	req.Header[wire.HeaderSignature] = []string{s.signer.Sign(ts, http.MethodPost, path, body)}
+	req.Header[wire.HeaderPrefer] = preferMinimal
 }

@@ -41,6 +41,10 @@ type inProcess struct {
 	holdEnvelopes bool          // envelopes wait for gate too
 	noEnvelopes   bool          // answer envelopes 404 and ping without the feature
 	roundTrip     time.Duration // how long each request takes, on the bubble's clock
+	ignorePrefer  bool          // play a server that knows no Prefer header
+	// preferred and applied count the requests that asked for a minimal
+	// answer and the answers that said they were one.
+	preferred, applied atomic.Int64
 }
 
 func newInProcess(t *testing.T) *inProcess {
@@ -95,7 +99,16 @@ func (p *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 			return rec.Result(), nil
 		}
 	}
+	if wire.PrefersMinimal(r.Header.Values(wire.HeaderPrefer)) {
+		p.preferred.Add(1)
+	}
+	if p.ignorePrefer {
+		r.Header.Del(wire.HeaderPrefer)
+	}
 	p.srv.ServeHTTP(rec, r)
+	if wire.PrefersMinimal(rec.Header().Values(wire.HeaderPreferenceApplied)) {
+		p.applied.Add(1)
+	}
 	return rec.Result(), nil
 }
 
@@ -584,8 +597,10 @@ func (e *envelopeEditor) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestEnvelopeAnswersOutOfShape answers an envelope of a kv.incr and a
 // win.hit with one answer too few, one too many, the two answers swapped,
 // and one answer holding neither response nor problem: no caller reads an
-// answer that is not its own, and each is unavailable instead. The two
-// calls queue in no set order, so the test counts the callers answered.
+// answer that is not its own, and each is unavailable instead. (Swapped,
+// both answers have shapes their callers would take, in the minimal form;
+// the operation ids they name give them away.) The two calls queue in no
+// set order, so the test counts the callers answered.
 func TestEnvelopeAnswersOutOfShape(t *testing.T) {
 	edits := []struct {
 		name     string

@@ -67,9 +67,18 @@ flight: their decisions already share the envelope's cost, and waiting
 would only leave the server idle. The server runs each request of an
 envelope exactly as if it had come alone — its own
 operation id, family, identities, admission — and answers each on its own,
-so every caller gets its own result or error, as it would have alone. An
-idle client adds no delay; a busy one spends about half the CPU per call,
-on both sides, and shares the durable store's fsyncs among more calls.
+so every caller gets its own result or error, as it would have alone (an
+answer naming another operation id than its caller's is refused as
+unavailable). An idle client adds no delay; a busy one spends about half
+the CPU per call, on both sides, and shares the durable store's fsyncs
+among more calls.
+
+Every RPC and envelope asks for a minimal answer (Prefer: return=minimal),
+in which a hit of one window, or a reservation of one budget, does not
+repeat its result's fields in a window list; the client rebuilds the list
+from its request, so callers always get the whole result. A server that
+does not know the preference answers in full, which the client reads as
+well.
 
 Nothing orders the requests of one envelope. A caller whose context ends
 while it waits returns at once with [ErrUnavailable]; its request may

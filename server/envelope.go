@@ -46,13 +46,22 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	default:
 		s.answerInTurn(ctx, reqs, answers)
 	}
+	for i := range reqs {
+		if reqs[i].Err == nil {
+			answers[i].OperationID = reqs[i].Request.OperationID
+		}
+	}
 	// Every request is decoded: the body's buffer now takes the answer.
+	appendAnswer := wire.AppendAnswer
+	if minimalAnswer(w, r) {
+		appendAnswer = wire.AppendMinimalAnswer
+	}
 	out := append((*buf)[:0], `{"answers":[`...)
 	for i := range answers {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = wire.AppendAnswer(out, &answers[i])
+		out = appendAnswer(out, &answers[i])
 	}
 	*buf = append(out, "]}\n"...)
 	writeOK(w, *buf)

@@ -386,3 +386,31 @@ func TestEnvelopeConcurrencyFollowsTheStore(t *testing.T) {
 		})
 	}
 }
+
+// TestEnvelopeAnswersNameTheirOperations checks that each answer of an
+// envelope names the operation id of the request it answers, whether it
+// ran or was refused, and that one that never decoded names none.
+func TestEnvelopeAnswersNameTheirOperations(t *testing.T) {
+	h := newAdmHarness(t, func(*admission.Config) {})
+	ran, refused := incrWithID("op-ran", "k"), incrWithID("op-refused", "k")
+	refused.Family = ""
+	good := envelopeBody(t, ran, refused)
+	body := append(good[:len(good)-2:len(good)-2], `,{"operationId":"op-undecoded","unknown":1}]}`...)
+	rec := httptest.NewRecorder()
+	h.srv.ServeHTTP(rec, signedEnvelope(body, body, wire.PathRPCs))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("envelope: %d %s", rec.Code, rec.Body)
+	}
+	var resp wire.EnvelopeResponse
+	if err := wire.DecodeEnvelopeResponse(rec.Body.Bytes(), &resp); err != nil || len(resp.Answers) != 3 {
+		t.Fatalf("answer %s: %v", rec.Body, err)
+	}
+	for i, want := range []struct {
+		status int
+		id     string
+	}{{http.StatusOK, "op-ran"}, {http.StatusBadRequest, "op-refused"}, {http.StatusBadRequest, ""}} {
+		if a := resp.Answers[i]; a.Status != want.status || a.OperationID != want.id {
+			t.Errorf("answer %d: status %d, operation %q; want %d, %q", i, a.Status, a.OperationID, want.status, want.id)
+		}
+	}
+}

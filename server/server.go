@@ -194,7 +194,12 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The body is read and decoded: its buffer now takes the answer.
-	*buf = append(wire.AppendResponse((*buf)[:0], resp), '\n')
+	if minimalAnswer(w, r) {
+		*buf = wire.AppendMinimalResponse((*buf)[:0], resp)
+	} else {
+		*buf = wire.AppendResponse((*buf)[:0], resp)
+	}
+	*buf = append(*buf, '\n')
 	writeOK(w, *buf)
 }
 
@@ -291,6 +296,21 @@ func (s *Server) runDeferred(ctx context.Context, req *wire.Request, all bool) (
 	}
 	return resp, "", "", pending
 }
+
+// minimalAnswer reports whether r asks for a minimal answer
+// (wire.PreferMinimal) and, if so, says in w's header that it gets one.
+// Call it just before writing a 200: only its body has a minimal form.
+func minimalAnswer(w http.ResponseWriter, r *http.Request) bool {
+	if !wire.PrefersMinimal(r.Header[wire.HeaderPrefer]) {
+		return false
+	}
+	w.Header()[wire.HeaderPreferenceApplied] = preferMinimal
+	return true
+}
+
+// preferMinimal is the value of a Preference-Applied header, assigned to the
+// header map as it is, as jsonContentType is.
+var preferMinimal = []string{wire.PreferMinimal}
 
 // writeOK sends a 200 JSON answer.
 func writeOK(w http.ResponseWriter, body []byte) {

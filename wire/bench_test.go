@@ -94,6 +94,15 @@ func BenchmarkEncodeResponse(b *testing.B) {
 			for b.Loop() {
 				buf = append(AppendResponse(buf[:0], resp), '\n')
 			}
+			b.ReportMetric(float64(len(buf)), "bytes/answer")
+		})
+		b.Run(sh.name+"/wire-minimal", func(b *testing.B) {
+			b.ReportAllocs()
+			var buf []byte
+			for b.Loop() {
+				buf = append(AppendMinimalResponse(buf[:0], resp), '\n')
+			}
+			b.ReportMetric(float64(len(buf)), "bytes/answer")
 		})
 	}
 }
@@ -145,6 +154,20 @@ func BenchmarkDecodeResponse(b *testing.B) {
 				if err := DecodeResponse(answer, &r); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+		// The minimal answer, decoded and its window lists restored, as
+		// the client reads it.
+		minimal := AppendMinimalResponse(nil, benchResponse(sh.steps, sh.cmds))
+		steps := benchRequest(sh.steps, sh.cmds).Steps
+		b.Run(sh.name+"/wire-minimal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var r Response
+				if err := DecodeResponse(minimal, &r); err != nil {
+					b.Fatal(err)
+				}
+				r.RestoreWindows(steps)
 			}
 		})
 	}

@@ -41,9 +41,13 @@ type EnvelopeResponse struct {
 // envelope: its HTTP status, and the Response of a 200 or the Problem of
 // any other status.
 type Answer struct {
-	Status   int       `json:"status"`
-	Response *Response `json:"response,omitempty"`
-	Problem  *Problem  `json:"problem,omitempty"`
+	Status int `json:"status"`
+	// OperationID is the operation id of the request answered, when it
+	// decoded far enough to have one; a client checks that each answer is
+	// its own request's. Servers older than the field leave it out.
+	OperationID string    `json:"operationId,omitempty"`
+	Response    *Response `json:"response,omitempty"`
+	Problem     *Problem  `json:"problem,omitempty"`
 }
 
 // AppendEnvelope appends the envelope of bodies, each the encoded body of
@@ -163,12 +167,19 @@ func (s *scanner) envelope(dst []EnvelopeRequest) ([]EnvelopeRequest, bool) {
 }
 
 // AppendAnswer appends the JSON of a, as json.Marshal writes it, to dst.
-func AppendAnswer(dst []byte, a *Answer) []byte {
+func AppendAnswer(dst []byte, a *Answer) []byte { return appendAnswer(dst, a, false) }
+
+func appendAnswer(dst []byte, a *Answer, minimal bool) []byte {
 	dst = append(dst, `{"status":`...)
 	dst = strconv.AppendInt(dst, int64(a.Status), 10)
+	dst = appendStringField(dst, `,"operationId":`, a.OperationID)
 	if a.Response != nil {
 		dst = append(dst, `,"response":`...)
-		dst = a.Response.AppendJSON(dst)
+		if minimal {
+			dst = a.Response.AppendMinimalJSON(dst)
+		} else {
+			dst = a.Response.AppendJSON(dst)
+		}
 	}
 	if a.Problem != nil {
 		dst = append(dst, `,"problem":`...)
@@ -224,7 +235,7 @@ func (s *scanner) answers() ([]Answer, bool) {
 	return list(s, &answers, MaxEnvelope, s.answer)
 }
 
-var answerFields = []string{"status", "response", "problem"}
+var answerFields = []string{"status", "operationId", "response", "problem"}
 
 func (s *scanner) answer(a *Answer) bool {
 	return s.object(func(k []byte) (f uint, ok bool) {
@@ -232,6 +243,9 @@ func (s *scanner) answer(a *Answer) bool {
 		case "status":
 			f = 1
 			a.Status, ok = s.statusOrNull(a.Status)
+		case "operationId":
+			f = 8
+			a.OperationID, ok = s.strOrNull(a.OperationID)
 		case "response":
 			f = 2
 			if ok = s.null(); !ok {

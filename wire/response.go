@@ -101,8 +101,12 @@ func (d *resultDecoder) step(s *scanner, st *engine.StepResult) bool {
 	})
 }
 
+// resultList reads a step's results into the results' backing array, sized
+// at one result per 48 bytes of body: a hit's result takes at least 56 in
+// the minimal form (`{"allowed":true,"remaining":0,"resetAt":` and 13
+// digits, a brace and a comma), so a body of hits fits without growing it.
 func (d *resultDecoder) resultList(s *scanner) ([]engine.Result, bool) {
-	return list(s, &d.results, min(max(len(s.data)/64, 1), max(d.bodies, 1)*engine.MaxCommands), func(r *engine.Result) bool { return d.result(s, r) })
+	return list(s, &d.results, min(max(len(s.data)/48, 1), max(d.bodies, 1)*engine.MaxCommands), func(r *engine.Result) bool { return d.result(s, r) })
 }
 
 var resultFields = []string{"allowed", "found", "value", "int", "ttlMs", "remaining", "resetAt", "retryAfterMs", "at", "windows"}

@@ -1,0 +1,122 @@
+package client_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/sluicehq/sluice/algo"
+	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// TestMinimalAnswersRestored calls a server that answers in the minimal
+// form and one that knows no Prefer header (and answers in full): the
+// client asks every time, and its callers get the same whole results either
+// way, every window list in place, for an allowed and a denied run.
+func TestMinimalAnswersRestored(t *testing.T) {
+	w := func(key string, limit int64) engine.Window {
+		return engine.Window{Key: key, Kind: algo.KindFixed, Limit: limit, WindowMs: 60_000}
+	}
+	req := func() *engine.Request {
+		return &engine.Request{Mode: engine.All, Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{
+			engine.Hit(1, w("one", 1)),
+			engine.Hit(1, w("two-a", 5), w("two-b", 10)),
+			engine.Reserve("receipt", 2, engine.Budget{Key: "budget", Limit: 100, WindowMs: 60_000, Refundable: true}),
+			engine.Incr("n", 1, 60_000),
+		}}}}
+	}
+	var answers [2][]*engine.Response
+	for i, ignore := range []bool{false, true} {
+		p := newInProcess(t)
+		close(p.gate)
+		p.ignorePrefer = ignore
+		c := p.client(t)
+		for range 2 {
+			resp, err := c.Do(t.Context(), req())
+			if err != nil {
+				t.Fatalf("ignorePrefer %v: %v", ignore, err)
+			}
+			answers[i] = append(answers[i], resp)
+		}
+		if n := p.rpcs.Load(); p.preferred.Load() != n {
+			t.Errorf("ignorePrefer %v: %d of %d RPCs asked for a minimal answer", ignore, p.preferred.Load(), n)
+		}
+		want := p.rpcs.Load()
+		if ignore {
+			want = 0
+		}
+		if got := p.applied.Load(); got != want {
+			t.Errorf("ignorePrefer %v: %d minimal answers, want %d", ignore, got, want)
+		}
+	}
+	for run, allowed := range []bool{true, false} {
+		minimal, full := answers[0][run], answers[1][run]
+		rs := minimal.Steps[0].Results
+		if rs[0].Allowed != allowed {
+			t.Fatalf("run %d: the limit-1 hit allowed %v", run, rs[0].Allowed)
+		}
+		for j, n := range []int{1, 2, 1, 0} {
+			if len(rs[j].Windows) != n {
+				t.Fatalf("run %d result %d: %d windows, want %d", run, j, len(rs[j].Windows), n)
+			}
+		}
+		if !equalResponses(minimal, full) {
+			t.Errorf("run %d: from a minimal answer %+v\nfrom a full one      %+v", run, minimal, full)
+		}
+	}
+}
+
+func equalResponses(a, b *engine.Response) bool {
+	if len(a.Steps) != len(b.Steps) {
+		return false
+	}
+	for i := range a.Steps {
+		x, y := a.Steps[i], b.Steps[i]
+		if x.Skipped != y.Skipped || x.Replayed != y.Replayed || x.Denied != y.Denied || len(x.Results) != len(y.Results) {
+			return false
+		}
+		for j := range x.Results {
+			r, s := x.Results[j], y.Results[j]
+			if r.Allowed != s.Allowed || r.Remaining != s.Remaining || r.ResetAt != s.ResetAt || r.RetryAfterMs != s.RetryAfterMs || r.Int != s.Int || r.Found != s.Found || len(r.Windows) != len(s.Windows) {
+				return false
+			}
+			for k := range r.Windows {
+				if r.Windows[k] != s.Windows[k] {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+// TestMinimalAnswerOutOfShape checks that a minimal answer restores only the
+// lists the minimal form leaves out: one without the list of a hit of two
+// windows is refused as unavailable, as a full answer without it is.
+func TestMinimalAnswerOutOfShape(t *testing.T) {
+	const body = `{"steps":[{"results":[{"allowed":true,"remaining":4,"resetAt":1}]}]}`
+	srv := startHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(wire.HeaderPreferenceApplied, wire.PreferMinimal)
+		io.WriteString(w, body)
+	}))
+	cfg := client.DefaultConfig()
+	cfg.URL, cfg.Secret, cfg.Pepper = srv.URL, testSecret, testPepper
+	c := client.New(cfg)
+	defer c.Close()
+	two := engine.Hit(1, fixed("a", 5, 1000), fixed("b", 5, 1000))
+	if _, err := c.Do(ctxT(t), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{two}}}}); !errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("a hit of two windows answered without its list: %v, want ErrUnavailable", err)
+	}
+	one := engine.Hit(1, fixed("a", 5, 1000))
+	resp, err := c.Do(ctxT(t), &engine.Request{Steps: []engine.Step{{Partition: "p", Commands: []engine.Command{one}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := resp.Steps[0].Results[0].Windows; len(ws) != 1 || ws[0] != (engine.WindowResult{Allowed: true, Remaining: 4, ResetAt: 1}) {
+		t.Fatalf("a hit of one window: windows %+v, want the result's own", ws)
+	}
+}
