@@ -269,18 +269,19 @@ func (c *Client) Do(ctx context.Context, r *engine.Request) (*engine.Response, e
 	if err := ctx.Err(); err != nil {
 		return nil, unavailable(err)
 	}
-	var rep reply
-	if err := c.s.do(ctx, id, body, &rep); err != nil {
+	var resp engine.Response
+	if err := c.s.do(ctx, id, body, &resp); err != nil {
 		return nil, err
 	}
-	resp := &rep.resp
-	if rep.minimal {
-		resp.RestoreWindows(r.Steps)
-	}
-	if err := checkShape(r.Mode, r.Steps, resp); err != nil {
+	// The client asks for minimal answers: give back the window lists they
+	// leave out. Only lists the minimal form may leave out are restored, and
+	// a full answer has none missing, so this reads both forms alike, and
+	// needs no Preference-Applied header (which a proxy might drop).
+	resp.RestoreWindows(r.Steps)
+	if err := checkShape(r.Mode, r.Steps, &resp); err != nil {
 		return nil, unavailable(err)
 	}
-	return resp, nil
+	return &resp, nil
 }
 
 // Apply runs one batch as a one-step request (see Do), writing its outcome
@@ -350,13 +351,12 @@ func (c *Client) Ping(ctx context.Context) (wire.Ping, error) {
 	if err != nil {
 		return wire.Ping{}, unavailable(err)
 	}
-	rep, err := c.s.roundTrip(req, nil, maxAnswer)
+	status, body, err := c.s.roundTrip(req, nil, maxAnswer)
 	if err != nil {
 		return wire.Ping{}, err
 	}
-	body := rep.body
-	if rep.status != http.StatusOK {
-		return wire.Ping{}, answerError(rep.status, body)
+	if status != http.StatusOK {
+		return wire.Ping{}, answerError(status, body)
 	}
 	var p wire.Ping
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -410,42 +410,22 @@ const headerContentType = "Content-Type"
 
 var jsonContentType = []string{"application/json"}
 
-// httpAnswer is what roundTrip read: the status, the body, and whether the
-// server wrote it in the minimal form (wire.PreferMinimal).
-type httpAnswer struct {
-	status  int
-	body    []byte
-	minimal bool
-}
-
-// reply is a call's decoded answer, and whether the server wrote it in the
-// minimal form, whose window lists the caller restores from its request.
-type reply struct {
-	resp    engine.Response
-	minimal bool
-}
-
 // preferMinimal is the value of the Prefer header of every RPC and envelope.
 var preferMinimal = []string{wire.PreferMinimal}
 
 // roundTrip sends req once and reads its answer, of at most limit bytes,
-// appending its body to dst. The body it returns, even with an error, is
-// dst or what it grew into.
-func (s *shared) roundTrip(req *http.Request, dst []byte, limit int) (httpAnswer, error) {
+// appending it to dst.
+func (s *shared) roundTrip(req *http.Request, dst []byte, limit int) (status int, body []byte, err error) {
 	resp, err := s.http.Do(req)
 	if err != nil {
-		return httpAnswer{body: dst}, unavailable(err)
+		return 0, dst, unavailable(err)
 	}
 	defer resp.Body.Close()
-	body, err := wire.AppendBody(dst, resp.Body, limit)
+	body, err = wire.AppendBody(dst, resp.Body, limit)
 	if err != nil {
-		return httpAnswer{body: body}, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
+		return 0, body, unavailable(fmt.Errorf("reading the %d answer: %w", resp.StatusCode, err))
 	}
-	return httpAnswer{
-		status:  resp.StatusCode,
-		body:    body,
-		minimal: wire.PrefersMinimal(resp.Header[wire.HeaderPreferenceApplied]),
-	}, nil
+	return resp.StatusCode, body, nil
 }
 
 // buffers recycles the buffers a call encodes its request into and reads

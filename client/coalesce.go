@@ -86,7 +86,7 @@ type pending struct {
 	ctx    context.Context // the caller's
 	id     string          // the request's operation id
 	body   []byte          // the encoded request, owned
-	reply  reply
+	resp   engine.Response
 	err    error
 	done   chan struct{}
 	gaveUp atomic.Bool // the caller's wait timed out
@@ -118,7 +118,7 @@ func (p *pending) Abandoned() bool { return p.gaveUp.Load() || p.ctx.Err() != ni
 // its own: deriving a context with a deadline for every call, and
 // cancelling it, took 3.6 % of the CPU of a process serving and sending
 // 64 callers' one-decision calls (docs/benchmarks.md).
-func (s *shared) do(ctx context.Context, id string, body []byte, out *reply) error {
+func (s *shared) do(ctx context.Context, id string, body []byte, out *engine.Response) error {
 	co := s.co
 	if co == nil || co.single.Load() {
 		return s.rpcWithin(ctx, body, out)
@@ -133,7 +133,7 @@ func (s *shared) do(ctx context.Context, id string, body []byte, out *reply) err
 	defer s.putTimer(t)
 	select {
 	case <-p.done:
-		*out = p.reply
+		*out = p.resp
 		return p.err
 	case <-ctx.Done():
 		return unavailable(ctx.Err())
@@ -145,7 +145,7 @@ func (s *shared) do(ctx context.Context, id string, body []byte, out *reply) err
 
 // rpcWithin sends body alone as an RPC, bounded by ctx and the client's
 // timeout.
-func (s *shared) rpcWithin(ctx context.Context, body []byte, out *reply) error {
+func (s *shared) rpcWithin(ctx context.Context, body []byte, out *engine.Response) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	return s.rpc(ctx, body, out)
@@ -180,13 +180,12 @@ func (s *shared) putTimer(t *time.Timer) {
 // endpoint it sends each alone, and so every call from then on.
 func (s *shared) send(batch []*pending) {
 	if len(batch) > 1 && !s.co.single.Load() {
-		answers, minimal, err := s.envelope(batch)
+		answers, err := s.envelope(batch)
 		if err != errNoEnvelope {
 			for i, p := range batch {
 				p.err = err
 				if err == nil {
-					p.err = answerOf(p.id, &answers[i], &p.reply.resp)
-					p.reply.minimal = minimal
+					p.err = answerOf(p.id, &answers[i], &p.resp)
 				}
 				close(p.done)
 			}
@@ -218,7 +217,7 @@ func (s *shared) sendAlone(p *pending) {
 	if p.gaveUp.Load() {
 		cancel()
 	}
-	p.err = s.rpc(ctx, p.body, &p.reply)
+	p.err = s.rpc(ctx, p.body, &p.resp)
 	close(p.done)
 }
 
@@ -242,10 +241,9 @@ func answerOf(id string, a *wire.Answer, out *engine.Response) error {
 var errNoEnvelope = fmt.Errorf("%w: the server serves no %s", ErrUnavailable, wire.PathRPCs)
 
 // envelope sends the requests of batch as one envelope and returns their
-// answers, one per request, and whether the server wrote their responses in
-// the minimal form. The envelope serves several callers, so it is bounded by
-// the client's timeout rather than by any caller's context.
-func (s *shared) envelope(batch []*pending) ([]wire.Answer, bool, error) {
+// answers, one per request. The envelope serves several callers, so it is
+// bounded by the client's timeout rather than by any caller's context.
+func (s *shared) envelope(batch []*pending) ([]wire.Answer, error) {
 	bodies := make([][]byte, len(batch))
 	size := 0
 	for i, p := range batch {
@@ -258,35 +256,34 @@ func (s *shared) envelope(batch []*pending) ([]wire.Answer, bool, error) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcsURL, bytes.NewReader(body))
 	if err != nil {
-		return nil, false, unavailable(err)
+		return nil, unavailable(err)
 	}
 	s.sign(req, wire.PathRPCs, body)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	rep, err := s.roundTrip(req, (*buf)[:0], maxAnswer*len(batch))
-	*buf = rep.body[:0]
-	answer := rep.body
+	status, answer, err := s.roundTrip(req, (*buf)[:0], maxAnswer*len(batch))
+	*buf = answer[:0]
 	switch {
 	case err != nil:
-		return nil, false, err
-	case rep.status == http.StatusNotFound:
-		return nil, false, errNoEnvelope
-	case rep.status != http.StatusOK:
-		return nil, false, envelopeError(rep.status, answer)
+		return nil, err
+	case status == http.StatusNotFound:
+		return nil, errNoEnvelope
+	case status != http.StatusOK:
+		return nil, envelopeError(status, answer)
 	}
 	var resp wire.EnvelopeResponse
 	if err := wire.DecodeEnvelopeResponse(answer, &resp); err != nil {
-		return nil, false, unavailable(fmt.Errorf("undecodable envelope answer: %w", err))
+		return nil, unavailable(fmt.Errorf("undecodable envelope answer: %w", err))
 	}
 	if len(resp.Answers) != len(batch) {
-		return nil, false, unavailable(fmt.Errorf("envelope answer holds %d answers for %d requests", len(resp.Answers), len(batch)))
+		return nil, unavailable(fmt.Errorf("envelope answer holds %d answers for %d requests", len(resp.Answers), len(batch)))
 	}
-	return resp.Answers, rep.minimal, nil
+	return resp.Answers, nil
 }
 
 // rpc sends body, one encoded request, as a signed RPC and decodes a
 // successful answer into out.
-func (s *shared) rpc(ctx context.Context, body []byte, out *reply) error {
+func (s *shared) rpc(ctx context.Context, body []byte, out *engine.Response) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.rpcURL, bytes.NewReader(body))
 	if err != nil {
 		return unavailable(err)
@@ -294,18 +291,17 @@ func (s *shared) rpc(ctx context.Context, body []byte, out *reply) error {
 	s.sign(req, wire.PathRPC, body)
 	buf := getBuffer()
 	defer putBuffer(buf)
-	rep, err := s.roundTrip(req, (*buf)[:0], maxAnswer)
-	*buf = rep.body[:0]
+	status, answer, err := s.roundTrip(req, (*buf)[:0], maxAnswer)
+	*buf = answer[:0]
 	if err != nil {
 		return err
 	}
-	if rep.status != http.StatusOK {
-		return answerError(rep.status, rep.body)
+	if status != http.StatusOK {
+		return answerError(status, answer)
 	}
-	if err := wire.DecodeResponse(rep.body, &out.resp); err != nil {
+	if err := wire.DecodeResponse(answer, out); err != nil {
 		return unavailable(fmt.Errorf("undecodable answer: %w", err))
 	}
-	out.minimal = rep.minimal
 	return nil
 }
 

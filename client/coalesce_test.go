@@ -42,6 +42,7 @@ type inProcess struct {
 	noEnvelopes   bool          // answer envelopes 404 and ping without the feature
 	roundTrip     time.Duration // how long each request takes, on the bubble's clock
 	ignorePrefer  bool          // play a server that knows no Prefer header
+	dropApplied   bool          // play a proxy that drops Preference-Applied
 	// preferred and applied count the requests that asked for a minimal
 	// answer and the answers that said they were one.
 	preferred, applied atomic.Int64
@@ -106,10 +107,14 @@ func (p *inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Del(wire.HeaderPrefer)
 	}
 	p.srv.ServeHTTP(rec, r)
-	if wire.PrefersMinimal(rec.Header().Values(wire.HeaderPreferenceApplied)) {
+	res := rec.Result()
+	if wire.PrefersMinimal(res.Header.Values(wire.HeaderPreferenceApplied)) {
 		p.applied.Add(1)
 	}
-	return rec.Result(), nil
+	if p.dropApplied {
+		res.Header.Del(wire.HeaderPreferenceApplied)
+	}
+	return res, nil
 }
 
 // client returns a client through p with one RPC in flight at most.

@@ -13,9 +13,10 @@ import (
 )
 
 // TestMinimalAnswersRestored calls a server that answers in the minimal
-// form and one that knows no Prefer header (and answers in full): the
-// client asks every time, and its callers get the same whole results either
-// way, every window list in place, for an allowed and a denied run.
+// form, one that knows no Prefer header (and answers in full), and the
+// first behind a proxy that drops Preference-Applied: the client asks every
+// time, and its callers get the same whole results every way, each window
+// list in place, for an allowed and a denied run.
 func TestMinimalAnswersRestored(t *testing.T) {
 	w := func(key string, limit int64) engine.Window {
 		return engine.Window{Key: key, Kind: algo.KindFixed, Limit: limit, WindowMs: 60_000}
@@ -28,43 +29,50 @@ func TestMinimalAnswersRestored(t *testing.T) {
 			engine.Incr("n", 1, 60_000),
 		}}}}
 	}
-	var answers [2][]*engine.Response
-	for i, ignore := range []bool{false, true} {
+	servers := []struct {
+		name                      string
+		ignorePrefer, dropApplied bool
+	}{{"minimal", false, false}, {"full", true, false}, {"minimal, header dropped", false, true}}
+	answers := make([][]*engine.Response, len(servers))
+	for i, sv := range servers {
 		p := newInProcess(t)
 		close(p.gate)
-		p.ignorePrefer = ignore
+		p.ignorePrefer, p.dropApplied = sv.ignorePrefer, sv.dropApplied
 		c := p.client(t)
 		for range 2 {
 			resp, err := c.Do(t.Context(), req())
 			if err != nil {
-				t.Fatalf("ignorePrefer %v: %v", ignore, err)
+				t.Fatalf("%s: %v", sv.name, err)
 			}
 			answers[i] = append(answers[i], resp)
 		}
 		if n := p.rpcs.Load(); p.preferred.Load() != n {
-			t.Errorf("ignorePrefer %v: %d of %d RPCs asked for a minimal answer", ignore, p.preferred.Load(), n)
+			t.Errorf("%s: %d of %d RPCs asked for a minimal answer", sv.name, p.preferred.Load(), n)
 		}
 		want := p.rpcs.Load()
-		if ignore {
+		if sv.ignorePrefer {
 			want = 0
 		}
 		if got := p.applied.Load(); got != want {
-			t.Errorf("ignorePrefer %v: %d minimal answers, want %d", ignore, got, want)
+			t.Errorf("%s: %d minimal answers, want %d", sv.name, got, want)
 		}
 	}
 	for run, allowed := range []bool{true, false} {
-		minimal, full := answers[0][run], answers[1][run]
-		rs := minimal.Steps[0].Results
+		full := answers[1][run]
+		rs := full.Steps[0].Results
 		if rs[0].Allowed != allowed {
 			t.Fatalf("run %d: the limit-1 hit allowed %v", run, rs[0].Allowed)
 		}
-		for j, n := range []int{1, 2, 1, 0} {
-			if len(rs[j].Windows) != n {
-				t.Fatalf("run %d result %d: %d windows, want %d", run, j, len(rs[j].Windows), n)
+		for i := range servers {
+			rs := answers[i][run].Steps[0].Results
+			for j, n := range []int{1, 2, 1, 0} {
+				if len(rs[j].Windows) != n {
+					t.Fatalf("%s, run %d, result %d: %d windows, want %d", servers[i].name, run, j, len(rs[j].Windows), n)
+				}
 			}
-		}
-		if !equalResponses(minimal, full) {
-			t.Errorf("run %d: from a minimal answer %+v\nfrom a full one      %+v", run, minimal, full)
+			if !equalResponses(answers[i][run], full) {
+				t.Errorf("%s, run %d: %+v\nfrom a full answer %+v", servers[i].name, run, answers[i][run], full)
+			}
 		}
 	}
 }
@@ -93,9 +101,9 @@ func equalResponses(a, b *engine.Response) bool {
 	return true
 }
 
-// TestMinimalAnswerOutOfShape checks that a minimal answer restores only the
-// lists the minimal form leaves out: one without the list of a hit of two
-// windows is refused as unavailable, as a full answer without it is.
+// TestMinimalAnswerOutOfShape checks that the client restores only the
+// lists the minimal form leaves out: an answer without the list of a hit
+// of two windows is refused as unavailable, minimal or not.
 func TestMinimalAnswerOutOfShape(t *testing.T) {
 	const body = `{"steps":[{"results":[{"allowed":true,"remaining":4,"resetAt":1}]}]}`
 	srv := startHTTPServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

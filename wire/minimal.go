@@ -7,11 +7,12 @@ import "strings"
 // leaves out every window list that only repeats its result's own fields
 // (see engine.Response.AppendMinimalJSON); a server that answers so says
 // "Preference-Applied: return=minimal". A server that does not know the
-// preference ignores it and answers in full, without the header, so a
-// client reads each answer by the header it carries, never by what it
-// asked for, and restores the lists with engine.Response.RestoreWindows.
-// The preference changes the form of the answer, never what runs, and is
-// not signed.
+// preference ignores it and answers in full, without the header. A list is
+// left out only where the client can rebuild it from its request
+// (engine.Response.RestoreWindows), and a full answer never lacks one, so
+// a client that asks may rebuild every missing list without reading the
+// header. The preference changes the form of the answer, never what runs,
+// and is not signed.
 const (
 	HeaderPrefer            = "Prefer"
 	HeaderPreferenceApplied = "Preference-Applied"
