@@ -14,9 +14,10 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// countingTransport counts the requests of each path it sends.
+// countingTransport counts the requests of each path it sends, and the
+// answers in the minimal form.
 type countingTransport struct {
-	rpcs, envelopes atomic.Int64
+	rpcs, envelopes, minimal atomic.Int64
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -26,13 +27,18 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case wire.PathRPCs:
 		c.envelopes.Add(1)
 	}
-	return httpClient.Transport.RoundTrip(r)
+	resp, err := httpClient.Transport.RoundTrip(r)
+	if err == nil && wire.PrefersMinimal(resp.Header.Values(wire.HeaderPreferenceApplied)) {
+		c.minimal.Add(1)
+	}
+	return resp, err
 }
 
 // TestCoalescedCallersShareALimit runs 256 concurrent callers of one
 // client, coalescing as by default, against sluice serve, on one window of
 // 100 per round: exactly 100 are admitted, each with a remaining count of
-// its own, and the calls travel in fewer HTTP requests than there are.
+// its own and its window's result, and the calls travel in fewer HTTP
+// requests than there are, every one answered in the minimal form.
 func TestCoalescedCallersShareALimit(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{})
@@ -60,7 +66,11 @@ func TestCoalescedCallersShareALimit(t *testing.T) {
 			if errs[i] != nil {
 				t.Fatalf("round %d caller %d: %v", round, i, errs[i])
 			}
-			if r := results[i].Results; len(r) == 1 && r[0].Allowed {
+			r := results[i].Results
+			if len(r) != 1 || len(r[0].Windows) != 1 || r[0].Windows[0].Remaining != r[0].Remaining || r[0].Windows[0].Allowed != r[0].Allowed {
+				t.Fatalf("round %d caller %d: %+v, want one result with its one window's", round, i, r)
+			}
+			if r[0].Allowed {
 				remaining = append(remaining, r[0].Remaining)
 			}
 		}
@@ -74,8 +84,12 @@ func TestCoalescedCallersShareALimit(t *testing.T) {
 			}
 		}
 	}
-	if sent := counts.rpcs.Load() + counts.envelopes.Load(); sent >= rounds*callers {
+	sent := counts.rpcs.Load() + counts.envelopes.Load()
+	if sent >= rounds*callers {
 		t.Errorf("%d HTTP requests for %d calls: nothing was coalesced", sent, rounds*callers)
+	}
+	if n := counts.minimal.Load(); n != sent {
+		t.Errorf("%d of %d answers in the minimal form, want every one", n, sent)
 	}
 	t.Logf("%d RPCs and %d envelopes for %d calls", counts.rpcs.Load(), counts.envelopes.Load(), rounds*callers)
 }
