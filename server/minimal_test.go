@@ -36,7 +36,7 @@ func minimalRequest(id string) wire.Request {
 }
 
 // send posts body to path, signed, with a Prefer header of prefer unless
-// it is empty.
+// it is empty, and returns the answer.
 func (h *admHarness) send(path string, body []byte, prefer string) *httptest.ResponseRecorder {
 	h.t.Helper()
 	req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
@@ -48,6 +48,13 @@ func (h *admHarness) send(path string, body []byte, prefer string) *httptest.Res
 	}
 	rec := httptest.NewRecorder()
 	h.srv.ServeHTTP(rec, req)
+	return rec
+}
+
+// sendOK is send, failing unless the answer is a 200.
+func (h *admHarness) sendOK(path string, body []byte, prefer string) *httptest.ResponseRecorder {
+	h.t.Helper()
+	rec := h.send(path, body, prefer)
 	if rec.Code != http.StatusOK {
 		h.t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
 	}
@@ -89,7 +96,7 @@ func TestMinimalAnswers(t *testing.T) {
 					return e.Answers[0].Response
 				}
 
-				full := h.send(path, body, "")
+				full := h.sendOK(path, body, "")
 				if v := full.Header().Values(wire.HeaderPreferenceApplied); v != nil {
 					t.Errorf("a full answer says Preference-Applied: %q", v)
 				}
@@ -98,7 +105,7 @@ func TestMinimalAnswers(t *testing.T) {
 					t.Fatalf("the limit-1 hit allowed %v on the %s run", got, run)
 				}
 
-				minimal := h.send(path, body, "wait=1, return=minimal")
+				minimal := h.sendOK(path, body, "wait=1, return=minimal")
 				if v := minimal.Header().Values(wire.HeaderPreferenceApplied); len(v) != 1 || v[0] != wire.PreferMinimal {
 					t.Errorf("Preference-Applied %q, want %q", v, wire.PreferMinimal)
 				}
@@ -129,13 +136,7 @@ func TestMinimalAnswers(t *testing.T) {
 func TestMinimalAnswersOnlyForA200(t *testing.T) {
 	h := newAdmHarness(t, func(*admission.Config) {})
 	body, _ := json.Marshal(wire.Request{OperationID: engine.NewOperationID(), Steps: minimalRequest("x").Steps}) // no family
-	req := httptest.NewRequest(http.MethodPost, wire.PathRPC, bytes.NewReader(body))
-	ts := time.Now().Unix()
-	req.Header.Set(wire.HeaderTimestamp, strconv.FormatInt(ts, 10))
-	req.Header.Set(wire.HeaderSignature, wire.Sign([]byte(admSecret), ts, http.MethodPost, wire.PathRPC, body))
-	req.Header.Set(wire.HeaderPrefer, wire.PreferMinimal)
-	rec := httptest.NewRecorder()
-	h.srv.ServeHTTP(rec, req)
+	rec := h.send(wire.PathRPC, body, wire.PreferMinimal)
 	if code(t, rec) != wire.CodeInvalid {
 		t.Fatalf("%d %s, want 400 invalid", rec.Code, rec.Body)
 	}
