@@ -68,8 +68,8 @@ func decodeReplay(rec Record, hash [32]byte, out *StepResult) error {
 	if !bytes.Equal(rec.Data[:len(hash)], hash[:]) {
 		return ErrOperationConflict
 	}
-	if data := rec.Data[len(hash):]; len(data) > 0 && data[0] == replayCompact {
-		if err := decodeReplayCompact(data[1:], out); err != nil {
+	if data := rec.Data[len(hash):]; len(data) > 0 && (data[0] == replayCompact || data[0] == replayMirrored) {
+		if err := decodeReplayCompact(data, out); err != nil {
 			return err
 		}
 		out.Replayed = true

@@ -7,23 +7,33 @@ import (
 
 // A replay record's data is the step's hash (32 bytes) and its results.
 // Records written before version 2 hold the results as JSON (AppendJSON),
-// which starts with '{'; since then they hold the compact form below,
-// whose first byte is replayCompact. Both are read.
+// which starts with '{'; since then they hold a compact form, whose first
+// byte names it: replayCompact (read, no longer written) or replayMirrored.
+// All three are read.
 //
-//	replayCompact, step flags (1 skipped, 2 replayed, 4 denied),
+//	form byte, step flags (1 skipped, 2 replayed, 4 denied),
 //	uvarint(len(results)), each result:
 //	  flags: 1 allowed, 2 found, 4 value, 8 int, 16 ttlMs, 32 resetAt,
 //	         64 retryAfterMs, 128 at
 //	  varint(remaining), then for each flag set from 4 on, in that order,
 //	  uvarint(len(value)) value or the field's varint,
-//	  uvarint(len(windows)), each window:
+//	  the windows: in replayCompact, uvarint(len(windows)); in
+//	  replayMirrored, 0 for one window equal to the result's own allowed,
+//	  remaining, resetAt and retryAfterMs (written no further), or
+//	  uvarint(len(windows)+1); then each window written:
 //	    flags: 1 allowed, 2 retryAfterMs; varint(remaining),
 //	    varint(resetAt), varint(retryAfterMs) if flagged
 //
-// A hit's result takes about 20 bytes, against about 130 in JSON: the
-// replay record of a step of 8 hits is written (log, memtable, tables) in
-// 0.2 KB instead of 1.1.
-const replayCompact = 1
+// A hit's result takes about 20 bytes in replayCompact, against about 130
+// in JSON: the replay record of a step of 8 hits is written (log, memtable,
+// tables) in 0.2 KB instead of 1.1. replayMirrored leaves out the window of
+// every hit of one window and every reserve of one budget, which only
+// repeats its result (as a minimal answer does, see AppendMinimalJSON):
+// about 11 bytes a hit.
+const (
+	replayCompact  = 1
+	replayMirrored = 2
+)
 
 const (
 	resAllowed = 1 << iota
@@ -36,7 +46,8 @@ const (
 	resAt
 )
 
-// appendReplay appends the compact encoding of st's results.
+// appendReplay appends the compact encoding of st's results, in the form
+// replayMirrored.
 func appendReplay(dst []byte, st *StepResult) []byte {
 	var f byte
 	if st.Skipped {
@@ -48,7 +59,7 @@ func appendReplay(dst []byte, st *StepResult) []byte {
 	if st.Denied {
 		f |= 4
 	}
-	dst = append(dst, replayCompact, f)
+	dst = append(dst, replayMirrored, f)
 	dst = binary.AppendUvarint(dst, uint64(len(st.Results)))
 	for i := range st.Results {
 		r := &st.Results[i]
@@ -91,7 +102,11 @@ func appendReplay(dst []byte, st *StepResult) []byte {
 				dst = binary.AppendVarint(dst, v.n)
 			}
 		}
-		dst = binary.AppendUvarint(dst, uint64(len(r.Windows)))
+		if len(r.Windows) == 1 && r.Windows[0] == r.window() {
+			dst = append(dst, 0)
+			continue
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(r.Windows))+1)
 		for j := range r.Windows {
 			w := &r.Windows[j]
 			f = 0
@@ -145,22 +160,36 @@ func (d *replayReader) varint() int64 {
 	return v
 }
 
-// count reads a length of items each at least min bytes long, refusing one
-// the rest of the record cannot hold.
-func (d *replayReader) count(min int) int {
+func (d *replayReader) uvarint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 || v > uint64(len(d.b)-n)/uint64(min) {
+	if n <= 0 {
 		d.fail()
 		return 0
 	}
 	d.b = d.b[n:]
-	return int(v)
+	return v
 }
 
-// decodeReplayCompact decodes b (after the marker byte) into out, whose
-// Results' capacity it reuses; out's Windows slices are fresh.
+// count reads a length of items each at least min bytes long, refusing one
+// the rest of the record cannot hold.
+func (d *replayReader) count(min int) int { return d.bounded(d.uvarint(), min) }
+
+// bounded returns n, a length read of items each at least min bytes long,
+// refusing one the rest of the record cannot hold.
+func (d *replayReader) bounded(n uint64, min int) int {
+	if d.err != nil || n > uint64(len(d.b))/uint64(min) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+// decodeReplayCompact decodes b, a record of either compact form (from its
+// form byte on), into out, whose Results' capacity it reuses; out's Windows
+// slices are fresh.
 func decodeReplayCompact(b []byte, out *StepResult) error {
-	d := replayReader{b: b}
+	d := replayReader{b: b[1:]}
+	mirrored := b[0] == replayMirrored
 	f := d.byte()
 	out.Skipped, out.Replayed, out.Denied = f&1 != 0, f&2 != 0, f&4 != 0
 	n := d.count(3)
@@ -172,6 +201,7 @@ func decodeReplayCompact(b []byte, out *StepResult) error {
 	} else {
 		out.Results = make([]Result, n)
 	}
+	var mirror []WindowResult
 	for i := range out.Results {
 		r := &out.Results[i]
 		*r = Result{}
@@ -191,7 +221,23 @@ func decodeReplayCompact(b []byte, out *StepResult) error {
 				*v.p = d.varint()
 			}
 		}
-		if nw := d.count(3); nw > 0 {
+		var nw int
+		switch {
+		case !mirrored:
+			nw = d.count(3)
+		case len(d.b) > 0 && d.b[0] == 0:
+			// One window repeating the result: restored from it, in an
+			// array shared by the results that hold one.
+			d.b = d.b[1:]
+			if len(mirror) == cap(mirror) {
+				mirror = make([]WindowResult, 0, len(out.Results)-i)
+			}
+			mirror = append(mirror, r.window())
+			r.Windows = mirror[len(mirror)-1 : len(mirror) : len(mirror)]
+		default:
+			nw = d.bounded(d.uvarint()-1, 3) // 0 is taken above
+		}
+		if nw > 0 {
 			r.Windows = make([]WindowResult, nw)
 			for j := range r.Windows {
 				w := &r.Windows[j]

@@ -161,12 +161,15 @@
 //
 // The key layout is described in layout.go. A format version is written
 // when a store is created and checked when it is opened. A directory of
-// versions 2 to 4 (before the journal, before the journal's opSetRecord,
-// and before replay records were kept in the order of their expiry) is
-// opened as version 5: its journal is applied, then its live replay
-// records are moved, in one pass over them. One of version 1 (before the
-// index by minute) is migrated when it is opened, in one pass over its
-// records. A directory of another version, or a Pebble database that is
-// not a store, is refused with an error wrapping ErrFormat. A build that
-// reads versions 2 to 4 refuses a directory of version 5.
+// version 5 (before replay records left out the windows that repeat their
+// results) is opened as version 6 as it is. One of versions 2 to 4 (before
+// the journal, before the journal's opSetRecord, and before replay records
+// were kept in the order of their expiry) is opened as version 6 too: its
+// journal is applied, then its live replay records are moved, in one pass
+// over them. One of version 1 (before the index by minute) is migrated when
+// it is opened, in one pass over its records. A directory of another
+// version, or a Pebble database that is not a store, is refused with an
+// error wrapping ErrFormat. A build that reads versions 2 to 4 refuses a
+// directory of version 5 or 6, and one that reads version 5 a directory of
+// version 6.
 package diskstore

@@ -1,10 +1,12 @@
 package diskstore
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
@@ -171,20 +174,102 @@ func TestEarlierFormatsOpenAsTheCurrent(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			v, closer, err := db.Get(formatKey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closer.Close()
-			if got, err := decodeFormat(v); err != nil || got != formatVersion {
-				t.Errorf("format version %d (%v) after opening a version %d directory, want %d", got, err, version, formatVersion)
+			if got := storedFormat(t, dir); got != formatVersion {
+				t.Errorf("format version %d after opening a version %d directory, want %d", got, version, formatVersion)
 			}
 		})
+	}
+}
+
+// storedRow returns the value of row key in the closed store in dir.
+func storedRow(t *testing.T, dir string, key []byte) []byte {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{slog.New(slog.DiscardHandler)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	v, closer, err := db.Get(key)
+	if err != nil {
+		t.Fatalf("row %q: %v", key, err)
+	}
+	defer closer.Close()
+	return slices.Clone(v)
+}
+
+// storedFormat returns the format version recorded in the closed store in
+// dir.
+func storedFormat(t *testing.T, dir string) uint32 {
+	t.Helper()
+	version, err := decodeFormat(storedRow(t, dir, formatKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return version
+}
+
+// TestFormatFiveOpensAsTheCurrent opens a directory of format version 5,
+// whose replay record holds its results in the engine's first compact
+// form, and checks that a retry of the recorded step replays them and that
+// the directory is now of the current version, whose new records take the
+// shorter form.
+func TestFormatFiveOpensAsTheCurrent(t *testing.T) {
+	window := engine.Window{Key: "w", Kind: algo.KindFixed, Limit: 5, WindowMs: 60_000}
+	step := engine.Step{Partition: "p", Commands: []engine.Command{engine.Hit(1, window)}}
+	hash, err := step.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first compact form of one admitted hit of one window, as version
+	// 5 wrote it: 4 remaining, reset at 1,796,000,060,000.
+	form1, err := hex.DecodeString("01000121" + "08c0c9909fc568" + "0101" + "08c0c9909fc568")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := engine.Record{Kind: engine.RecReplay, ExpireAt: t0 + 90_000, Data: append(hash[:], form1...)}
+	const key = "\x00op\x00op-1\x000" // the engine's replay key of op-1's step 0
+	dir := plant(t, map[string][]byte{
+		string(formatKey): encodeFormat(5),
+		string(appendReplayKey(nil, bucketOf(rec.ExpireAt), sliceOf(rec.ExpireAt), "p", key)): appendValue(nil, &rec),
+	})
+	cfg := DefaultConfig()
+	cfg.Dir = dir
+	cfg.Clock = testclock.At(t0)
+	s := openTest(t, cfg)
+	eng := engine.New(s)
+	resp, err := eng.Do(t.Context(), &engine.Request{OperationID: "op-1", Steps: []engine.Step{step}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := engine.Result{Allowed: true, Remaining: 4, ResetAt: 1_796_000_060_000,
+		Windows: []engine.WindowResult{{Allowed: true, Remaining: 4, ResetAt: 1_796_000_060_000}}}
+	if st := resp.Steps[0]; !st.Replayed || len(st.Results) != 1 || !reflect.DeepEqual(st.Results[0], want) {
+		t.Fatalf("the retried step = %+v, want the recorded %+v, replayed", st, want)
+	}
+
+	// A new operation is recorded in the shorter form, and replays.
+	fresh := &engine.Request{OperationID: "op-2", Steps: []engine.Step{step}}
+	first, err := eng.Do(t.Context(), fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := eng.Do(t.Context(), fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Steps[0].Replayed || !reflect.DeepEqual(again.Steps[0].Results, first.Steps[0].Results) {
+		t.Errorf("op-2 retried = %+v, want the recorded %+v, replayed", again.Steps[0], first.Steps[0])
+	}
+	if err := s.Close(); err != nil { // its last checkpoint writes the rows
+		t.Fatal(err)
+	}
+	if got := storedFormat(t, dir); got != formatVersion {
+		t.Errorf("format version %d after opening a version 5 directory, want %d", got, formatVersion)
+	}
+	exp := t0 + engine.ReplayTTL.Milliseconds()
+	v := storedRow(t, dir, appendReplayKey(nil, bucketOf(exp), sliceOf(exp), "p", "\x00op\x00op-2\x000"))
+	if rec, err := decodeValue(v); err != nil || len(rec.Data) <= len(hash) || rec.Data[len(hash)] != 2 {
+		t.Errorf("op-2's replay record %+v (%v): want its results in the second compact form", rec, err)
 	}
 }
 

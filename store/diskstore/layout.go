@@ -8,7 +8,7 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
-// On-disk layout, format version 5.
+// On-disk layout, format version 6.
 //
 // Every Pebble key starts with a one-byte namespace:
 //
@@ -101,7 +101,14 @@ import (
 // its journal (whose replay ops name "o" rows), moves the replay records of
 // the buckets that have not ended to "d", and then records version 5 (see
 // migrateReplays); version 4 refuses version 5.
-const formatVersion uint32 = 5
+//
+// Version 6 is version 5 whose new replay records may hold their results in
+// the engine's second compact form, which leaves out every window that
+// repeats its result and which builds of version 5 cannot read. Opening a
+// directory of version 5 records version 6 and changes nothing else: its
+// replay records, in the first form, are still read. Version 5 refuses
+// version 6.
+const formatVersion uint32 = 6
 
 // bucketMs is the width of an expiry bucket, in milliseconds. A record
 // whose expiry moves with every write (sliding, log and GCRA windows, pace

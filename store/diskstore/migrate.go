@@ -130,6 +130,6 @@ func (s *Store) migrateReplays(now int64) error {
 	if err := s.writeFormat(); err != nil {
 		return err
 	}
-	s.log.Info("diskstore: moved the replay records to format version 5", "dir", s.cfg.Dir, "replay_records", moved)
+	s.log.Info("diskstore: moved the replay records to the current format", "dir", s.cfg.Dir, "format_version", formatVersion, "replay_records", moved)
 	return nil
 }

@@ -208,9 +208,10 @@ func namespaceSpans(start []byte) (pebble.SpanPolicy, []byte, error) {
 }
 
 // checkFormat writes the format version into a new store and checks it in
-// an existing one, migrating a store of version 1 (see migrate.go). It
-// reports a store of versions 2 to 4, whose replay records Open moves once
-// their journal is applied (see migrateReplays).
+// an existing one, migrating a store of version 1 (see migrate.go) and
+// recording the current version over version 5. It reports a store of
+// versions 2 to 4, whose replay records Open moves once their journal is
+// applied (see migrateReplays).
 func (s *Store) checkFormat() (moveReplays bool, err error) {
 	v, closer, err := s.db.Get(formatKey)
 	switch {
@@ -222,6 +223,9 @@ func (s *Store) checkFormat() (moveReplays bool, err error) {
 			return false, derr
 		case version == formatVersion:
 			return false, nil
+		case version == 5:
+			// Version 6 reads everything version 5 wrote.
+			return false, s.writeFormat()
 		case version >= 2 && version <= 4:
 			// Version 3 is version 2 with a journal, version 4 version 3
 			// with one more journal op, and version 5 version 4 with its
@@ -230,7 +234,7 @@ func (s *Store) checkFormat() (moveReplays bool, err error) {
 		case version == 1:
 			return false, s.migrateV1(engine.UnixMilli(s.clock))
 		}
-		return false, fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 to 4: "+
+		return false, fmt.Errorf("%w: %s holds format version %d; this build reads version %d and migrates versions 1 to 5: "+
 			"open it with a build that reads version %d, or move it aside to start with an empty store",
 			ErrFormat, s.cfg.Dir, version, formatVersion, version)
 	case !errors.Is(err, pebble.ErrNotFound):
