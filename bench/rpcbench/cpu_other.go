@@ -2,7 +2,5 @@
 
 package rpcbench
 
-import "time"
-
-// processCPU is not measured on this platform.
-func processCPU() time.Duration { return 0 }
+// processUsage is not measured on this platform.
+func processUsage() usage { return usage{} }

@@ -7,11 +7,17 @@ import (
 	"time"
 )
 
-// processCPU returns the user and system CPU time this process has used.
-func processCPU() time.Duration {
+// processUsage returns the user and system CPU time this process has used,
+// and the context switches of all its threads (voluntary: a thread that
+// blocked, in a system call or waiting for work; involuntary: one the
+// kernel preempted).
+func processUsage() usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return usage{}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return usage{
+		cpu:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()),
+		switches: uint64(ru.Nvcsw) + uint64(ru.Nivcsw),
+	}
 }

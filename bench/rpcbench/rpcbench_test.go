@@ -61,6 +61,27 @@ func TestHexNames(t *testing.T) {
 	}
 }
 
+// TestSwitchesCounted checks that a measurement counts the process's
+// context switches: calls of a durable store wait for its log's fsyncs,
+// so its threads block, and every block is a switch.
+func TestSwitchesCounted(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skipf("context switches are counted on Linux; this is %s", runtime.GOOS)
+	}
+	cfgs, err := Select("sluice-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Measure(t.Context(), cfgs[0], Options{Clients: 4, Calls: 200, Keys: 1000, Dir: t.TempDir()})
+	if err != nil || r.Errors != 0 {
+		t.Fatalf("%v, %d errors (first %v)", err, r.Errors, r.FirstErr)
+	}
+	if r.Switches == 0 || r.SwitchesPerCall() != float64(r.Switches)/float64(r.Calls) {
+		t.Fatalf("%d context switches over %d calls (%.2f a call, %d fsyncs), want some", r.Switches, r.Calls, r.SwitchesPerCall(), r.WALSyncs)
+	}
+	t.Logf("%d context switches over %d calls and %d fsyncs", r.Switches, r.Calls, r.WALSyncs)
+}
+
 // TestSelect checks configuration selection by name and by group.
 func TestSelect(t *testing.T) {
 	all, err := Select("")

@@ -96,6 +96,11 @@ type Result struct {
 	// CPU is the CPU time (user and system) the whole process — servers and
 	// callers — used during the measured time; zero where not measured.
 	CPU time.Duration
+	// Switches counts the context switches of the process's threads during
+	// the measured time (getrusage's ru_nvcsw and ru_nivcsw); zero where not
+	// measured. Each is a thread that stopped running: at one decision per
+	// call, a durable store's waits for its log show here.
+	Switches uint64
 	// WALSyncs counts the durable store's write-ahead log fsyncs during the
 	// measured time, WALBytes the bytes written to the log, and WALSyncTime
 	// the time spent in those fsyncs (wall time, the wait for a processor
@@ -137,6 +142,26 @@ func (r Result) CPUPerDecision() time.Duration {
 		return 0
 	}
 	return r.CPU / time.Duration(n)
+}
+
+// SwitchesPerCall returns the process's context switches per successful
+// call.
+func (r Result) SwitchesPerCall() float64 {
+	if r.Calls == 0 {
+		return 0
+	}
+	return float64(r.Switches) / float64(r.Calls)
+}
+
+// usage is what processUsage reads.
+type usage struct {
+	cpu      time.Duration
+	switches uint64
+}
+
+// minus returns what u counts beyond an earlier reading.
+func (u usage) minus(earlier usage) usage {
+	return usage{cpu: u.cpu - earlier.cpu, switches: u.switches - earlier.switches}
 }
 
 // CallsPerWALSync returns the calls answered per write-ahead log fsync:
@@ -284,10 +309,10 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 	}
 	// A counted measurement's counters start before its first call; a
 	// timed one's when its measured time starts.
-	var cpu0 time.Duration
+	var use0 usage
 	var wal0 walCounts
 	if !timed {
-		cpu0, wal0 = processCPU(), countWAL(inst)
+		use0, wal0 = processUsage(), countWAL(inst)
 	}
 	start := time.Now()
 	for _, w := range callers {
@@ -319,7 +344,8 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 			}
 		})
 	}
-	var measured, cpu time.Duration
+	var measured time.Duration
+	var use usage
 	var wal walCounts
 	if timed {
 		if !sleep(ctx, o.Warmup) {
@@ -355,12 +381,12 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 			wg.Wait()
 			return Result{}, err
 		}
-		cpu0, wal0 = processCPU(), countWAL(inst)
+		use0, wal0 = processUsage(), countWAL(inst)
 		t0 := time.Now()
 		phase.Store(phaseMeasure)
 		sleep(ctx, o.Duration)
 		phase.Store(phaseDone)
-		measured, cpu, wal = time.Since(t0), processCPU()-cpu0, countWAL(inst).minus(wal0)
+		measured, use, wal = time.Since(t0), processUsage().minus(use0), countWAL(inst).minus(wal0)
 		if o.CPUProfile != nil {
 			pprof.StopCPUProfile()
 		}
@@ -374,7 +400,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 		}
 	} else {
 		wg.Wait()
-		measured, cpu, wal = time.Since(start), processCPU()-cpu0, countWAL(inst).minus(wal0)
+		measured, use, wal = time.Since(start), processUsage().minus(use0), countWAL(inst).minus(wal0)
 	}
 	var h stats.Histogram
 	for _, w := range callers {
@@ -383,7 +409,7 @@ func drive(ctx context.Context, cfg Config, inst instance, o Options) (Result, e
 	res := Result{
 		Config: cfg.Name, PerCall: cfg.PerCall,
 		Calls: calls.Load(), Errors: errs.Load(), Denied: denied.Load(),
-		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: cpu,
+		Elapsed: measured, P50: h.Quantile(0.50), P99: h.Quantile(0.99), CPU: use.cpu, Switches: use.switches,
 		WALSyncs: wal.syncs, WALBytes: wal.bytes, WALSyncTime: time.Duration(wal.syncNanos),
 		Procs: runtime.GOMAXPROCS(0), FirstErr: firstErr,
 	}

@@ -113,9 +113,9 @@ func main() {
 				continue
 			}
 			sum.Add(round, r)
-			line := fmt.Sprintf("round %d %-15s %10.0f calls/s %12.0f decisions/s  p50 %7.2f ms  p99 %7.2f ms  cpu %6.1f µs/decision %.2f cores  errors %d  denied %d  load %s  procs %d",
+			line := fmt.Sprintf("round %d %-15s %10.0f calls/s %12.0f decisions/s  p50 %7.2f ms  p99 %7.2f ms  cpu %6.1f µs/decision %.2f cores  errors %d  denied %d  load %s  procs %d  switches %.2f/call",
 				round+1, c.Name, r.CallsPerSec(), r.DecisionsPerSec(), ms(r.P50), ms(r.P99),
-				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg(), r.Procs)
+				float64(r.CPUPerDecision())/float64(time.Microsecond), r.Cores(), r.Errors, r.Denied, loadAvg(), r.Procs, r.SwitchesPerCall())
 			if r.WALSyncs > 0 {
 				line += fmt.Sprintf("  WAL fsyncs %.0f/s, %.1f calls each, %.0f µs each (busy %.0f %%), %.0f bytes per decision",
 					float64(r.WALSyncs)/r.Elapsed.Seconds(), r.CallsPerWALSync(), float64(r.WALSyncMean().Microseconds()), 100*r.WALSyncBusy(), r.WALBytesPerDecision())
