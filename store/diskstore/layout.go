@@ -99,8 +99,8 @@ import (
 // "o" u64be(b ^ 1<<63) u16be(len(p)) p k, to namespace "d", with the
 // slice after the bucket. Opening a directory of versions 2 to 4 applies
 // its journal (whose replay ops name "o" rows), moves the replay records of
-// the buckets that have not ended to "d", and then records version 5 (see
-// migrateReplays); version 4 refuses version 5.
+// the buckets that have not ended to "d", and then records the current
+// version (see migrateReplays); version 4 refuses version 5.
 //
 // Version 6 is version 5 whose new replay records may hold their results in
 // the engine's second compact form, which leaves out every window that
