@@ -88,22 +88,19 @@ func BenchmarkEncodeResponse(b *testing.B) {
 				}
 			}
 		})
-		b.Run(sh.name+"/wire", func(b *testing.B) {
-			b.ReportAllocs()
-			var buf []byte
-			for b.Loop() {
-				buf = append(AppendResponse(buf[:0], resp), '\n')
-			}
-			b.ReportMetric(float64(len(buf)), "bytes/answer")
-		})
-		b.Run(sh.name+"/wire-minimal", func(b *testing.B) {
-			b.ReportAllocs()
-			var buf []byte
-			for b.Loop() {
-				buf = append(AppendMinimalResponse(buf[:0], resp), '\n')
-			}
-			b.ReportMetric(float64(len(buf)), "bytes/answer")
-		})
+		for _, enc := range []struct {
+			name   string
+			append func([]byte, *Response) []byte
+		}{{"wire", AppendResponse}, {"wire-minimal", AppendMinimalResponse}} {
+			b.Run(sh.name+"/"+enc.name, func(b *testing.B) {
+				b.ReportAllocs()
+				var buf []byte
+				for b.Loop() {
+					buf = append(enc.append(buf[:0], resp), '\n')
+				}
+				b.ReportMetric(float64(len(buf)), "bytes/answer")
+			})
+		}
 	}
 }
 
