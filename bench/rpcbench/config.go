@@ -77,9 +77,9 @@ func Configs() []Config {
 		{Name: GRPCFloor, Title: "bare gRPC: unary health check", PerCall: 1, start: startGRPCFloor},
 		{Name: Guber1, Title: "gubernator v2, in memory, 1 check per call", PerCall: 1, start: startGuber(1)},
 		{Name: Guber100, Title: "gubernator v2, in memory, 100 checks per call", PerCall: guberBatch, start: startGuber(guberBatch)},
-		{Name: Sluice1, sluice: true, Title: "Sluice, durable (fsync always), 1 win.hit per call, the default client (concurrent calls coalesced)", PerCall: 1, start: startSluice(1, 1, true)},
-		{Name: Sluice1Single, sluice: true, Title: "Sluice, durable (fsync always), 1 win.hit per call, each call its own RPC", PerCall: 1, start: startSluice(1, 1, false)},
-		{Name: Sluice32, sluice: true, Title: "Sluice, durable (fsync always), 4 steps × 8 win.hit per call", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds, true)},
+		{Name: Sluice1, sluice: true, Title: "Sluice, durable store, 1 win.hit per call, the default client (concurrent calls coalesced)", PerCall: 1, start: startSluice(1, 1, true)},
+		{Name: Sluice1Single, sluice: true, Title: "Sluice, durable store, 1 win.hit per call, each call its own RPC", PerCall: 1, start: startSluice(1, 1, false)},
+		{Name: Sluice32, sluice: true, Title: "Sluice, durable store, 4 steps × 8 win.hit per call", PerCall: sluiceSteps * sluiceCmds, start: startSluice(sluiceSteps, sluiceCmds, true)},
 		admissionConfig(AdmOff, "admission off", admissionMode{}),
 		admissionConfig(AdmOn, "admission on, one non-fair family", admissionMode{on: true}),
 		admissionConfig(AdmOffIDs, "admission off, each caller sending a source (with its tiers) and a principal of its own", admissionMode{identities: true}),
@@ -93,9 +93,9 @@ func Configs() []Config {
 }
 
 // admissionConfig is a configuration of the admission group: 1 win.hit
-// per RPC on the durable store (fsync always) or on memstore.
+// per RPC on the durable store or on memstore.
 func admissionConfig(name, title string, adm admissionMode) Config {
-	store := "durable (fsync always)"
+	store := "durable store"
 	if adm.mem {
 		store = "memstore"
 	}

@@ -89,7 +89,7 @@ requests, then closes the store.`,
 	fl.StringVar(&cfg.Pepper, "pepper", "", "the clients' key-hashing pepper, which /v1/limiters and /v1/policies need (default: the data directory's pepper file)")
 	fl.StringVar(&cfg.LimitsKey, "limits-key", "", "bearer token granting /v1/limiters and /v1/policies only (default: none; the operator token grants them too)")
 	fl.StringVar(&cfg.Store, "store", cfg.Store, "store: disk (embedded, durable), memory (lost on exit), or a Redis URL: redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel://, rediss+sentinel:// (see docs/operations.md)")
-	fl.StringVar(&fsync, "fsync", string(cfg.Fsync), "write-ahead log fsync policy of the disk store: always, interval or never")
+	fl.StringVar(&fsync, "fsync", string(cfg.Fsync), "write-ahead log fsync policy of the disk store: always (answers wait for an fsync), interval (answers wait for the write; fsync every --fsync-interval) or never")
 	fl.DurationVar(&cfg.FsyncInterval, "fsync-interval", cfg.FsyncInterval, "fsync period under --fsync interval")
 	fl.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")

@@ -276,9 +276,9 @@ func (s *Store) round(p *partition, w *worker) *round {
 	w.jk = s.journalRow(pb, w.jk, w.ops)
 	// A round whose callers all deferred its fsync asks for none: the
 	// fsync their Sync asks for covers it, and so does any other.
-	lazy := s.always && rd.waiters == 0
+	lazy := s.logged && rd.waiters == 0
 	var err error
-	if s.always && !lazy {
+	if s.logged && !lazy {
 		rd.covers = s.durable.committed.Load()
 		err = s.db.ApplyNoSyncWait(pb, pebble.Sync)
 	} else {
@@ -300,7 +300,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 	case lazy:
 		rd.lazy = s.durable.committed.Add(1)
 		p.unsynced.Add(1)
-	case s.always:
+	case s.logged:
 		rd.pb = pb
 		p.unsynced.Add(1)
 	}
@@ -316,7 +316,7 @@ func (s *Store) round(p *partition, w *worker) *round {
 // records the failure first, so a round that finds nothing unsynced also
 // finds the failure).
 func (s *Store) wroteNothing(rd *round, p *partition, reqs []*request) *round {
-	if s.always && p.unsynced.Load() > 0 {
+	if s.logged && p.unsynced.Load() > 0 {
 		rd.barrier = true
 		return rd
 	}

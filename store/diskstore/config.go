@@ -21,10 +21,12 @@ const (
 	// throughput grows with concurrency. Nothing acknowledged is lost to a
 	// process crash or a power loss. It is the default.
 	SyncAlways SyncPolicy = "always"
-	// SyncOnInterval answers once the batch is in Pebble's write-ahead log
-	// buffer and fsyncs every Config.SyncInterval. A crash of the process or
-	// of the machine loses at most the batches acknowledged since the last
-	// fsync.
+	// SyncOnInterval answers once the batch's write-ahead log record is
+	// written to the operating system, and fsyncs the log every
+	// Config.SyncInterval. A crash of the process loses nothing
+	// acknowledged; a power loss or a kernel crash loses at most the
+	// batches acknowledged in the last SyncInterval. Answers wait on no
+	// disk, so it costs far less than SyncAlways wherever fsyncs are slow.
 	SyncOnInterval SyncPolicy = "interval"
 	// SyncNever answers once the batch is in Pebble's write-ahead log
 	// buffer and leaves writing it back to Pebble and the operating system.

@@ -15,8 +15,8 @@
 //
 //	policy     answer after                  kill -9 loses              power loss loses
 //	always     the log record is fsynced     nothing acknowledged       nothing acknowledged
-//	interval   the record is in Pebble's     the last SyncInterval of   the same
-//	           log buffer; fsync every       acknowledged batches
+//	interval   the record is written to      nothing acknowledged       the last SyncInterval of
+//	           the OS; fsync every                                      acknowledged batches
 //	           SyncInterval
 //	never      the record is in Pebble's     what Pebble had not yet    also what the OS had
 //	           log buffer                    written to the OS          not written back
@@ -25,11 +25,15 @@
 // every batch waiting for one, so with many callers in flight always costs
 // little: on a two-core machine with 64 writers the store runs at about
 // Pebble's own synced group-commit rate (see bench_test.go and
-// docs/decisions/0001-embedded-engine.md). Choose interval or never only
-// for quotas whose loss on a crash is acceptable. Under never even a
-// process crash loses acknowledged batches (interval, too, loses those of
-// its last interval): Pebble hands its log to the operating system a
-// 32 KiB block at a time, or when an fsync is asked for.
+// docs/decisions/0001-embedded-engine.md). But each answer still waits
+// for an fsync, which on a virtual disk takes up to a millisecond or more.
+// Interval answers once the record is with the operating system: a process
+// crash loses nothing, and only a power loss or a kernel crash loses the
+// batches of the last SyncInterval (docs/decisions/0089). Choose it for
+// quotas that may forget a fraction of a second after a power loss, and
+// never only for quotas that may be forgotten: under never even a process
+// crash loses acknowledged batches, since Pebble hands its log to the
+// operating system a 32 KiB block at a time, or when an fsync is asked for.
 //
 // # Batches
 //

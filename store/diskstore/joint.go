@@ -170,7 +170,7 @@ func (s *Store) joint(j *jointStep, bs []*engine.Batch, outs []engine.StepResult
 		start = ends[i]
 		j.writes[i] = nil // drop the references into the executors' buffers
 	}
-	if !s.always {
+	if !s.logged {
 		return nil, nil
 	}
 	rd := s.rounds.Get().(*round)

@@ -22,12 +22,15 @@ const shardCount = 64
 
 // Store is the embedded durable store. It is safe for concurrent use.
 type Store struct {
-	db     *pebble.DB
-	wal    *walFS // the file system Pebble is opened on (see walfs.go)
-	cfg    Config
-	clock  engine.Clock
-	log    *slog.Logger
-	always bool // Config.Sync == SyncAlways
+	db    *pebble.DB
+	wal   *walFS // the file system Pebble is opened on (see walfs.go)
+	cfg   Config
+	clock engine.Clock
+	log   *slog.Logger
+	// logged: an answer waits for the log's sync of its batch: an fsync
+	// under SyncAlways; under SyncOnInterval, whose fsyncs walFS defers,
+	// the write to the operating system (Config.Sync != SyncNever).
+	logged bool
 
 	seed     maphash.Seed
 	shards   [shardCount]shard
@@ -116,7 +119,7 @@ func Open(cfg Config) (*Store, error) {
 		cfg:         cfg,
 		clock:       cfg.Clock,
 		log:         cfg.Logger,
-		always:      cfg.Sync == SyncAlways,
+		logged:      cfg.Sync != SyncNever,
 		seed:        maphash.MakeSeed(),
 		perShard:    max(1, cfg.MaxResident/shardCount),
 		done:        make(chan struct{}),
@@ -149,7 +152,7 @@ func Open(cfg Config) (*Store, error) {
 		// system's file system is used as it is.
 		fs = vfs.Default
 	}
-	s.wal = newWALFS(fs, cfg.Dir, cfg.MemTableBytes, s.log)
+	s.wal = newWALFS(fs, cfg.Dir, cfg.MemTableBytes, cfg.Sync == SyncOnInterval, s.log)
 	db, err := pebble.Open(cfg.Dir, s.pebbleOptions())
 	if err != nil {
 		s.wal.close()
@@ -276,7 +279,9 @@ func (s *Store) writeFormat() error {
 // next round starts as soon as Pebble has sequenced this one in its log,
 // and every batch of a round is answered once the log is fsynced; a round
 // that wrote nothing but read state not yet fsynced waits for that fsync
-// too, so no answer ever rests on state a crash could lose.
+// too, so no answer ever rests on state a crash could lose. Under
+// SyncOnInterval the same holds with "fsynced" read as "written to the
+// operating system" (see walFS.syncLogs).
 //
 // Apply does not observe ctx once it has queued its batch: a commit in
 // flight cannot be abandoned.
@@ -285,9 +290,10 @@ func (s *Store) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 }
 
 // ApplyDeferred is Apply without the wait for the fsync of the batch's
-// round under SyncAlways: it returns once the batch is in Pebble's log and
-// memory. A caller makes what it applied durable with Sync before it
-// answers anyone. See engine.DeferredSyncStore.
+// round under SyncAlways (for its write, under SyncOnInterval): it returns
+// once the batch is in Pebble's log and memory. A caller makes what it
+// applied durable with Sync before it answers anyone. See
+// engine.DeferredSyncStore.
 //
 // Until its fsync completes the partition is not evicted from memory (a
 // reloaded partition would not know its state is unsynced).
@@ -296,8 +302,9 @@ func (s *Store) ApplyDeferred(ctx context.Context, b *engine.Batch, out *engine.
 }
 
 // Sync returns once everything every batch so far wrote or read is
-// fsynced. Under SyncOnInterval and SyncNever it asks for no fsync and
-// returns at once, as Apply does; like Apply, it returns an error once the
+// fsynced; under SyncOnInterval, once it is written to the operating
+// system (the fsync follows within SyncInterval). Under SyncNever it
+// returns at once, as Apply does. Like Apply, it returns an error once the
 // store is closed or has failed. See engine.DeferredSyncStore.
 func (s *Store) Sync(ctx context.Context) error {
 	s.gate.RLock()
@@ -308,7 +315,7 @@ func (s *Store) Sync(ctx context.Context) error {
 	if err := s.failure(); err != nil {
 		return err
 	}
-	if !s.always {
+	if !s.logged {
 		return nil
 	}
 	return s.syncLog()
@@ -339,7 +346,7 @@ func (s *Store) apply(ctx context.Context, b *engine.Batch, out *engine.StepResu
 	p := s.pin(b.Partition)
 	defer p.pins.Add(-1)
 	r := s.requests.Get().(*request)
-	r.b, r.out, r.w, r.deferred = b, out, s.workers.Get().(*worker), deferred && s.always
+	r.b, r.out, r.w, r.deferred = b, out, s.workers.Get().(*worker), deferred && s.logged
 	err := s.run(p, r)
 	s.workers.Put(r.w)
 	*r = request{wake: r.wake}

@@ -34,9 +34,7 @@ func (s *Store) background() {
 		case <-s.done:
 			return
 		case <-syncTick:
-			if s.failure() == nil {
-				_ = s.syncLog()
-			}
+			_ = s.fsyncLogs()
 		case <-s.ckptSoon:
 			if s.failure() != nil {
 				continue
@@ -57,6 +55,20 @@ func (s *Store) background() {
 			}
 		}
 	}
+}
+
+// fsyncLogs is SyncOnInterval's periodic fsync of the write-ahead log
+// files (see walFS.syncLogs). A failure fails the store: the batches the
+// files hold were answered, and what the operating system failed to write
+// may be gone.
+func (s *Store) fsyncLogs() error {
+	if err := s.failure(); err != nil {
+		return err
+	}
+	if err := s.wal.syncLogs(); err != nil {
+		return s.fail(err)
+	}
+	return nil
 }
 
 // due is one expiry index entry of a bucket that has ended.

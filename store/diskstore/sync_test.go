@@ -21,12 +21,26 @@ import (
 
 // logStall holds the write-ahead log's fsyncs of a store openStalled
 // opened, from hold until unhold, and makes them fail from breakSync on
-// (a held fsync fails when it is released).
+// (a held fsync fails when it is released). It holds the log's writes
+// from holdWrites until unholdWrites.
 type logStall struct {
 	stalled atomic.Bool
 	broken  atomic.Bool
 	release chan struct{}
 	once    sync.Once
+
+	writesStalled atomic.Bool
+	writeRelease  chan struct{}
+	writeOnce     sync.Once
+}
+
+func (l *logStall) holdWrites() { l.writesStalled.Store(true) }
+
+func (l *logStall) unholdWrites() {
+	l.writeOnce.Do(func() {
+		l.writesStalled.Store(false)
+		close(l.writeRelease)
+	})
 }
 
 func (l *logStall) breakSync() { l.broken.Store(true) }
@@ -46,11 +60,15 @@ func (l *logStall) unhold() {
 // batch.
 func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
 	t.Helper()
-	l := &logStall{release: make(chan struct{})}
+	l := &logStall{release: make(chan struct{}), writeRelease: make(chan struct{})}
 	cfg := DefaultConfig()
 	cfg.Dir = "db"
 	cfg.FS = errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 		switch op.Kind {
+		case errorfs.OpFileWrite:
+			if strings.HasSuffix(op.Path, ".log") && l.writesStalled.Load() {
+				<-l.writeRelease
+			}
 		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
 			if !strings.HasSuffix(op.Path, ".log") {
 				break
@@ -72,6 +90,7 @@ func openStalled(t *testing.T, modify func(*Config)) (*Store, *logStall) {
 	}
 	t.Cleanup(func() { s.Close() })
 	t.Cleanup(l.unhold) // first
+	t.Cleanup(l.unholdWrites)
 	return s, l
 }
 
@@ -331,6 +350,97 @@ func TestDeferredRoundsAskForNoFsync(t *testing.T) {
 		synctest.Wait()
 		if n := fsyncs.Load() - before; n != 1 || unsynced("a") != 0 {
 			t.Fatalf("%d fsyncs, %d unsynced rounds after lazyWait, want one and none", n, unsynced("a"))
+		}
+	})
+}
+
+// TestIntervalAnswersWaitForTheirWrite checks that under SyncOnInterval a
+// batch is answered once its write-ahead log record is written to the
+// operating system, which a process crash does not lose (see TestCrash),
+// and not before; and that no answer waits for an fsync.
+func TestIntervalAnswersWaitForTheirWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, log := openStalled(t, func(cfg *Config) {
+			cfg.Sync = SyncOnInterval
+			cfg.SyncInterval = time.Hour
+		})
+		eng := engine.New(s)
+		log.hold() // every fsync, until the end of the test
+		if got := apply(t, s, "p", engine.Incr("n", 1, 60_000)); got.Results[0].Int != 1 {
+			t.Fatalf("incr = %+v, want 1", got.Results[0])
+		}
+		deferred := &engine.Batch{Partition: "q", Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+		var out engine.StepResult
+		if err := s.ApplyDeferred(t.Context(), deferred, &out); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(t.Context()); err != nil {
+			t.Fatalf("Sync with the log's fsyncs held: %v", err)
+		}
+
+		log.holdWrites()
+		wrote := applyAsync(t, eng, "p", engine.Incr("n", 1, 60_000))
+		synctest.Wait()
+		select {
+		case out := <-wrote:
+			t.Fatalf("the incr was answered (%+v) before its record was written to the log", out)
+		default:
+		}
+		log.unholdWrites()
+		if out := <-wrote; out.Results[0].Int != 2 {
+			t.Errorf("incr = %d, want 2", out.Results[0].Int)
+		}
+	})
+}
+
+// TestIntervalFsyncsEachPeriod checks that under SyncOnInterval answers
+// ask for no fsync, that each period that wrote to the log ends with one
+// fsync of it, and that a period that wrote nothing ends with none.
+func TestIntervalFsyncsEachPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var fsyncs atomic.Int64
+		cfg := DefaultConfig()
+		cfg.Dir = "db"
+		cfg.FS = countedLog(&fsyncs)
+		cfg.Clock = testclock.At(t0)
+		cfg.Sync = SyncOnInterval
+		cfg.SyncInterval = time.Second
+		cfg.SweepInterval = time.Hour
+		s, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		synctest.Wait()
+		before := fsyncs.Load()
+		for i := range 20 {
+			p := fmt.Sprintf("p%d", i%4)
+			if i%2 == 0 {
+				apply(t, s, p, engine.Incr("n", 1, 60_000))
+				continue
+			}
+			var out engine.StepResult
+			b := &engine.Batch{Partition: p, Commands: []engine.Command{engine.Incr("n", 1, 60_000)}}
+			if err := s.ApplyDeferred(t.Context(), b, &out); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Sync(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 0 {
+			t.Fatalf("%d fsyncs for 20 answered batches, want none before the period ends", n)
+		}
+		time.Sleep(cfg.SyncInterval)
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 1 {
+			t.Fatalf("%d fsyncs at the end of a period that wrote, want 1", n)
+		}
+		time.Sleep(cfg.SyncInterval)
+		synctest.Wait()
+		if n := fsyncs.Load() - before; n != 1 {
+			t.Fatalf("%d fsyncs after a period that wrote nothing, want still 1", n)
 		}
 	})
 }

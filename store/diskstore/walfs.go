@@ -57,7 +57,8 @@ var errSpareClosed = errors.New("diskstore: closed while writing a spare log fil
 
 // walFS is the file system the store opens Pebble on: cfg.FS (or the
 // operating system's) with a spare for each write-ahead log file (see
-// above).
+// above) and, under SyncOnInterval, the log files' fsyncs deferred (see
+// syncLogs).
 type walFS struct {
 	vfs.FS
 	spare, temp string
@@ -73,18 +74,28 @@ type walFS struct {
 	writing bool
 	closed  bool
 	failed  bool // writing a spare failed: the store goes on without
+
+	// deferSync: the log files' fsyncs are deferred to syncLogs (see
+	// there).
+	deferSync bool
+	lmu       sync.Mutex            // guards logs
+	logs      map[*logFile]struct{} // the log files open, under deferSync
 }
 
 // newWALFS wraps fs for a store in dir whose memtables hold memTable
-// bytes.
-func newWALFS(fs vfs.FS, dir string, memTable int64, log *slog.Logger) *walFS {
+// bytes; deferSync defers the log files' fsyncs to syncLogs.
+func newWALFS(fs vfs.FS, dir string, memTable int64, deferSync bool, log *slog.Logger) *walFS {
 	w := &walFS{
 		FS:    fs,
 		spare: fs.PathJoin(dir, spareName),
 		temp:  fs.PathJoin(dir, spareTemp),
 		// As Pebble's: the log's preallocation is 110 % of a memtable.
-		max: memTable + memTable/10,
-		log: log,
+		max:       memTable + memTable/10,
+		log:       log,
+		deferSync: deferSync,
+	}
+	if deferSync {
+		w.logs = make(map[*logFile]struct{})
 	}
 	w.idle.L = &w.mu
 	return w
@@ -269,22 +280,126 @@ func (w *walFS) waitIdle() {
 }
 
 // track wraps a log file opened for writing to count the bytes written to
-// it.
+// it and, under deferred fsyncs, to defer them.
 func (w *walFS) track(f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &logFile{File: f, n: &w.logBytes}, nil
+	lf := &logFile{File: f, n: &w.logBytes}
+	if w.deferSync {
+		lf.w = w
+		w.lmu.Lock()
+		w.logs[lf] = struct{}{}
+		w.lmu.Unlock()
+	}
+	return lf, nil
 }
 
-// logFile is a log file that counts the bytes written to it.
+// Deferred fsyncs (SyncOnInterval).
+//
+// Under SyncOnInterval a log file's Sync and SyncData only report that
+// its data is written: Pebble calls them after writing the data out of its
+// buffer, so a commit that waits for its sync (pebble.Sync) returns once
+// its record is in the operating system's hands, which a crash of the
+// process does not lose. The store fsyncs the open log files every
+// Config.SyncInterval with syncLogs, and a log file is fsynced before it
+// is closed (Pebble closes a log when it moves to the next, and at
+// Close), so a power loss loses at most the commits of the last
+// interval.
+
+// syncLogs fsyncs every open log file written since its last fsync. It
+// returns the first failure; the store fails with it, since the operating
+// system may have dropped the data it could not write.
+func (w *walFS) syncLogs() error {
+	w.lmu.Lock()
+	files := make([]*logFile, 0, len(w.logs))
+	for f := range w.logs {
+		files = append(files, f)
+	}
+	w.lmu.Unlock()
+	for _, f := range files {
+		if err := f.fsync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// logFile is a log file that counts the bytes written to it and, with w
+// set, defers its fsyncs to syncLogs.
 type logFile struct {
 	vfs.File
 	n *atomic.Int64
+	w *walFS // set under deferred fsyncs
+
+	written atomic.Int64 // bytes written, under deferred fsyncs
+	smu     sync.Mutex   // serialises fsync and Close
+	synced  int64        // bytes covered by the last fsync; guarded by smu
+	closed  bool         // guarded by smu
 }
 
 func (f *logFile) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
 	f.n.Add(int64(n))
+	if f.w != nil {
+		f.written.Add(int64(n))
+	}
 	return n, err
+}
+
+// Sync fsyncs the file, or under deferred fsyncs returns at once: what was
+// written is with the operating system (see syncLogs).
+func (f *logFile) Sync() error {
+	if f.w != nil {
+		return nil
+	}
+	return f.File.Sync()
+}
+
+// SyncData is Sync without the file's metadata.
+func (f *logFile) SyncData() error {
+	if f.w != nil {
+		return nil
+	}
+	return f.File.SyncData()
+}
+
+// SyncTo fsyncs a prefix of the file, or under deferred fsyncs returns at
+// once, reporting no sync.
+func (f *logFile) SyncTo(length int64) (bool, error) {
+	if f.w != nil {
+		return false, nil
+	}
+	return f.File.SyncTo(length)
+}
+
+// fsync fsyncs what was written to the file since its last fsync, unless
+// it is closed.
+func (f *logFile) fsync() error {
+	f.smu.Lock()
+	defer f.smu.Unlock()
+	n := f.written.Load()
+	if f.closed || n == f.synced {
+		return nil
+	}
+	if err := f.File.SyncData(); err != nil {
+		return err
+	}
+	f.synced = n
+	return nil
+}
+
+// Close closes the file; under deferred fsyncs it fsyncs it first.
+func (f *logFile) Close() error {
+	if f.w == nil {
+		return f.File.Close()
+	}
+	err := f.fsync()
+	f.smu.Lock()
+	f.closed = true
+	f.smu.Unlock()
+	f.w.lmu.Lock()
+	delete(f.w.logs, f)
+	f.w.lmu.Unlock()
+	return errors.Join(err, f.File.Close())
 }
