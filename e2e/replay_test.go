@@ -38,10 +38,28 @@ func checkCharged(t *testing.T, s *server, partition string) {
 // TestReplayReturnsRecordedResult replays one signed request byte for byte,
 // and again with a fresh signature, and then again after the server was
 // killed and restarted: every replay returns the first answer's results,
-// marked replayed, and nothing is charged twice.
+// marked replayed, and nothing is charged twice. It runs under the two
+// fsync policies whose answers survive a crash of the process; under
+// interval with a period of an hour, only the write each answer waited
+// for keeps the record through the kill.
 func TestReplayReturnsRecordedResult(t *testing.T) {
 	t.Parallel()
-	s := startServer(t, serverOptions{})
+	for _, tc := range []struct {
+		policy string
+		args   []string
+	}{
+		{"always", nil},
+		{"interval", []string{"--fsync", "interval", "--fsync-interval", "1h"}},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel()
+			testReplayReturnsRecordedResult(t, serverOptions{Args: tc.args})
+		})
+	}
+}
+
+func testReplayReturnsRecordedResult(t *testing.T, opts serverOptions) {
+	s := startServer(t, opts)
 	partition := unique(t, "replay")
 	body := encode(t, request(charge(partition)))
 	ts := time.Now().Unix()
