@@ -182,6 +182,10 @@ func Open(cfg Config) (*Store, error) {
 	s.bg.Add(2)
 	go s.background()
 	go s.syncer()
+	if cfg.Sync == SyncOnInterval {
+		s.bg.Add(1)
+		go s.periodicSync()
+	}
 	return s, nil
 }
 

@@ -16,25 +16,16 @@ import (
 // one shard.
 const idleEvictLimit = 4096
 
-// background runs the sweep (and the checkpoint before it), idle eviction,
-// the checkpoints asked for early (see pending) and, under SyncOnInterval,
-// the periodic fsync, until Close.
+// background runs the sweep (and the checkpoint before it), idle eviction
+// and the checkpoints asked for early (see pending), until Close.
 func (s *Store) background() {
 	defer s.bg.Done()
 	sweep := time.NewTicker(s.cfg.SweepInterval)
 	defer sweep.Stop()
-	var syncTick <-chan time.Time
-	if s.cfg.Sync == SyncOnInterval {
-		t := time.NewTicker(s.cfg.SyncInterval)
-		defer t.Stop()
-		syncTick = t.C
-	}
 	for {
 		select {
 		case <-s.done:
 			return
-		case <-syncTick:
-			_ = s.fsyncLogs()
 		case <-s.ckptSoon:
 			if s.failure() != nil {
 				continue
@@ -53,6 +44,23 @@ func (s *Store) background() {
 			if s.cfg.IdleTimeout > 0 {
 				s.evictIdle(now-s.cfg.IdleTimeout.Milliseconds(), idleEvictLimit)
 			}
+		}
+	}
+}
+
+// periodicSync runs SyncOnInterval's fsync of the log every SyncInterval
+// until Close, on a goroutine of its own so that a long sweep or
+// checkpoint never delays it.
+func (s *Store) periodicSync() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			_ = s.fsyncLogs()
 		}
 	}
 }
