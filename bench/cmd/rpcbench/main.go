@@ -36,6 +36,7 @@ func main() {
 		only     = flag.String("only", "", "comma-separated configurations or groups to run (default all outside a group): "+names())
 		dir      = flag.String("dir", "", "parent of the durable store's temporary data directory (default the system temporary directory)")
 		fsync    = flag.String("fsync", string(diskstore.SyncAlways), "the durable store's fsync policy: always (the default, and what the aims are judged on), interval or never")
+		every    = flag.Duration("fsync-interval", diskstore.DefaultConfig().SyncInterval, "the fsync period under -fsync interval (diskstore.Config.SyncInterval)")
 		httpVer  = flag.String("http", "", "the HTTP version of Sluice's client: 2 (h2c) or 1.1 (default: the client's default, HTTP/1.1 over plain http)")
 		hexNames = flag.Bool("hex-names", false, "give Sluice's clients a pepper of the hex form, whose names are 64 hex digits, rather than one from client.NewPepper (22 characters), as a new data directory has")
 		coalesce = flag.Int("coalesce", 0, "RPCs Sluice's client has in flight before it coalesces calls into envelopes (client.Config.Coalesce; 0: the client's default)")
@@ -70,11 +71,22 @@ func main() {
 	policy := diskstore.SyncPolicy(*fsync)
 	if policy != diskstore.SyncAlways || *memtable != 0 {
 		opts.Store = func(c *diskstore.Config) {
-			c.Sync = policy
+			c.Sync, c.SyncInterval = policy, *every
 			if *memtable != 0 {
 				c.MemTableBytes = int64(*memtable) << 20
 			}
 		}
+	}
+	if err := (func() error {
+		c := diskstore.DefaultConfig()
+		c.Dir = os.TempDir()
+		if opts.Store != nil {
+			opts.Store(&c)
+		}
+		return c.Validate()
+	})(); err != nil {
+		fmt.Fprintln(os.Stderr, "rpcbench: -fsync, -fsync-interval, -memtable:", err)
+		os.Exit(2)
 	}
 	fmt.Printf("machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Printf("command: go run ./cmd/rpcbench %s\n", strings.Join(os.Args[1:], " "))
@@ -89,7 +101,7 @@ func main() {
 	fmt.Printf("load: %d concurrent callers, %s warm-up + %s measured per configuration, %d rounds, %d keys; Sluice's store: diskstore, fsync %s; Sluice's client: %s, %s\n\n", *clients, *warmup, *duration, *rounds, *keys, policy, httpName, names)
 	switch policy {
 	case diskstore.SyncOnInterval:
-		fmt.Printf("NOTE: under fsync interval an answer waits for its write to the log, not for an fsync: a process crash loses nothing acknowledged, a power loss up to %s. The aims are set for fsync always.\n\n", diskstore.DefaultConfig().SyncInterval)
+		fmt.Printf("NOTE: under fsync interval (every %s) an answer waits for its write to the log, not for an fsync: a process crash loses nothing acknowledged, a power loss up to %s. The aims are set for fsync always.\n\n", *every, *every)
 	case diskstore.SyncNever:
 		fmt.Println("NOTE: under fsync never a crash can lose acknowledged batches; the aims are set for fsync always.")
 		fmt.Println()
