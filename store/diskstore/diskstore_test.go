@@ -23,18 +23,25 @@ import (
 const t0 = int64(1_800_000_000_000) // a fixed instant, Unix ms
 
 // TestConformance runs the store conformance suite on a diskstore in a
-// fresh directory, with the default configuration (fsync always).
+// fresh directory, with the default configuration (fsync always) and under
+// fsync interval, whose answers take the same path with the log's fsyncs
+// deferred.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
-		cfg := diskstore.DefaultConfig()
-		cfg.Dir = t.TempDir()
-		cfg.Clock = clock
-		s, err := diskstore.Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	for _, sync := range []diskstore.SyncPolicy{diskstore.SyncAlways, diskstore.SyncOnInterval} {
+		t.Run(string(sync), func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T, clock engine.Clock) engine.Store {
+				cfg := diskstore.DefaultConfig()
+				cfg.Dir = t.TempDir()
+				cfg.Clock = clock
+				cfg.Sync = sync
+				s, err := diskstore.Open(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			})
+		})
+	}
 }
 
 func open(t *testing.T, cfg diskstore.Config) *diskstore.Store {
