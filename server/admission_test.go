@@ -70,6 +70,13 @@ type admHarness struct {
 // cfg (admission.DefaultConfig modified).
 func newAdmHarness(t *testing.T, modify func(*admission.Config)) *admHarness {
 	t.Helper()
+	return newAdmHarnessWith(t, modify, func(*server.Config) {})
+}
+
+// newAdmHarnessWith is newAdmHarness with the server's configuration
+// modified by modifySrv.
+func newAdmHarnessWith(t *testing.T, modify func(*admission.Config), modifySrv func(*server.Config)) *admHarness {
+	t.Helper()
 	mem, err := memstore.New(memstore.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +91,7 @@ func newAdmHarness(t *testing.T, modify func(*admission.Config)) *admHarness {
 	cfg := server.DefaultConfig()
 	cfg.Secrets, cfg.OperatorToken, cfg.Logger = []string{admSecret}, admToken, log
 	cfg.Admission = admission.New(eng, acfg)
+	modifySrv(&cfg)
 	h.srv = server.New(eng, cfg)
 	return h
 }

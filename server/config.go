@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -45,6 +47,17 @@ type Config struct {
 	// stop fence and before any subject command (family budgets, fairness
 	// quotas), and serves the family and fairness operator endpoints.
 	Admission *admission.Admitter
+	// Registerer, if set, receives the server's metrics: its RPC calls,
+	// requests and commands, the stop fence and, with Admission, each
+	// family's daily budget (docs/operations.md lists them). A server
+	// whose metrics cannot be registered (two servers on one registry)
+	// refuses every RPC, as with any invalid configuration.
+	Registerer prometheus.Registerer
+	// Gatherer, if set, is served at GET /metrics behind the operator
+	// token, in the Prometheus exposition formats: typically the registry
+	// Registerer is, holding the store's and the process's metrics beside
+	// the server's. Nil answers /metrics 404.
+	Gatherer prometheus.Gatherer
 
 	// problems were met while building the configuration (AddProblem).
 	problems []error

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/wire"
@@ -20,17 +21,25 @@ import (
 // defer its fsyncs (the embedded store) without waiting for theirs: the
 // envelope then waits for one fsync before it answers.
 func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveRPCs(w, r)
+	s.metrics.called(endpointRPCs, code, start)
+}
+
+// serveRPCs answers one POST /v1/rpcs and returns its answer's code, ""
+// for a 200.
+func (s *Server) serveRPCs(w http.ResponseWriter, r *http.Request) wire.Code {
 	buf := envelopeBuffers.get()
 	defer envelopeBuffers.put(buf)
-	body, ok := s.readSigned(w, r, wire.MaxEnvelopeBody, buf)
-	if !ok {
-		return
+	body, code := s.readSigned(w, r, wire.MaxEnvelopeBody, buf)
+	if code != "" {
+		return code
 	}
 	var decoded [wire.MaxEnvelope]wire.EnvelopeRequest
 	reqs, err := wire.DecodeEnvelope(body, decoded[:0])
 	if err != nil {
 		writeProblem(w, wire.CodeInvalid, err.Error())
-		return
+		return wire.CodeInvalid
 	}
 	answers := make([]wire.Answer, len(reqs))
 	ctx := r.Context()
@@ -50,6 +59,7 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 		if reqs[i].Err == nil {
 			answers[i].OperationID = reqs[i].Request.OperationID
 		}
+		s.metrics.answered(reqs[i].Request.Steps, answers[i].Response, answerCode(&answers[i]))
 	}
 	// Every request is decoded: the body's buffer now takes the answer.
 	appendAnswer := wire.AppendAnswer
@@ -65,6 +75,7 @@ func (s *Server) handleRPCs(w http.ResponseWriter, r *http.Request) {
 	}
 	*buf = append(out, "]}\n"...)
 	writeOK(w, *buf)
+	return ""
 }
 
 // answer runs one request of an envelope and returns what /v1/rpc would
@@ -143,4 +154,12 @@ func tooLargeAnswer(body []byte) wire.Answer {
 func problemAnswer(code wire.Code, reason string) wire.Answer {
 	p := wire.NewProblem(code, reason)
 	return wire.Answer{Status: p.Status, Problem: &p}
+}
+
+// answerCode returns the code of a's problem, or "" if a is a 200.
+func answerCode(a *wire.Answer) wire.Code {
+	if a.Problem == nil {
+		return ""
+	}
+	return a.Problem.Code
 }

@@ -53,6 +53,7 @@ type Server struct {
 	policies     *httplimit.Policies // route quota policies of /v1/policies, nil without a pepper
 	limitsHash   [sha256.Size]byte
 	hasLimitsKey bool
+	metrics      *metrics // nil without Config.Registerer
 }
 
 // New returns a Server running requests on eng. An invalid cfg does not fail
@@ -66,6 +67,13 @@ func New(eng *engine.Engine, cfg Config) *Server {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if cfg.Registerer != nil {
+		m, err := newMetrics(s, cfg.Registerer)
+		if err != nil {
+			cfg.AddProblem(fmt.Errorf("registering the server's metrics: %w", err))
+		}
+		s.metrics = m
 	}
 	if err := cfg.Validate(); err != nil {
 		s.misconfigured = "invalid configuration: " + strings.ReplaceAll(err.Error(), "\n", "; ")
@@ -144,6 +152,9 @@ func (s *Server) routes() {
 	handle(http.MethodGet, wire.PathAudit, s.operator(s.handleAudit))
 	handle(http.MethodGet, wire.PathHealthz, s.handleHealthz)
 	handle(http.MethodGet, wire.PathReadyz, s.handleReadyz)
+	if s.cfg.Gatherer != nil {
+		handle(http.MethodGet, wire.PathMetrics, s.operator(s.metricsHandler().ServeHTTP))
+	}
 	s.routeLimiters()
 	s.routePolicies()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -177,21 +188,31 @@ func notAllowed(w http.ResponseWriter, r *http.Request, methods ...string) {
 }
 
 func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	code := s.serveRPC(w, r)
+	s.metrics.called(endpointRPC, code, start)
+}
+
+// serveRPC answers one POST /v1/rpc and returns its answer's code, "" for
+// a 200.
+func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) wire.Code {
 	buf := rpcBuffers.get()
 	defer rpcBuffers.put(buf)
-	body, ok := s.readSigned(w, r, wire.MaxBody, buf)
-	if !ok {
-		return
+	body, code := s.readSigned(w, r, wire.MaxBody, buf)
+	if code != "" {
+		return code
 	}
 	req, err := decodeRequest(body)
 	if err != nil {
+		s.metrics.answered(nil, nil, wire.CodeInvalid)
 		writeProblem(w, wire.CodeInvalid, err.Error())
-		return
+		return wire.CodeInvalid
 	}
 	resp, code, reason := s.run(r.Context(), req)
+	s.metrics.answered(req.Steps, resp, code)
 	if code != "" {
 		writeProblem(w, code, reason)
-		return
+		return code
 	}
 	// The body is read and decoded: its buffer now takes the answer.
 	if minimalAnswer(w, r) {
@@ -201,45 +222,46 @@ func (s *Server) handleRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	*buf = append(*buf, '\n')
 	writeOK(w, *buf)
+	return ""
 }
 
 // readSigned reads the body of a signed request into buf, bounded by bound,
 // and verifies its signature. When either fails, or the server is
-// misconfigured, it answers w and reports false. Nothing before the
-// signature check looks into the body.
-func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, buf *[]byte) ([]byte, bool) {
+// misconfigured, it answers w and returns the answer's code. Nothing
+// before the signature check looks into the body.
+func (s *Server) readSigned(w http.ResponseWriter, r *http.Request, bound int, buf *[]byte) ([]byte, wire.Code) {
 	if s.misconfigured != "" {
 		writeProblem(w, wire.CodeUnavailable, s.misconfigured)
-		return nil, false
+		return nil, wire.CodeUnavailable
 	}
 	if r.ContentLength > int64(bound) {
 		writeTooLarge(w, r, fmt.Sprintf("body of %d bytes over the %d-byte bound", r.ContentLength, bound))
-		return nil, false
+		return nil, wire.CodeTooLarge
 	}
 	ts, sig := r.Header.Get(wire.HeaderTimestamp), r.Header.Get(wire.HeaderSignature)
 	if ts == "" || sig == "" {
 		writeProblem(w, wire.CodeUnauthorized, wire.ErrMissingSignature.Error())
-		return nil, false
+		return nil, wire.CodeUnauthorized
 	}
 	body, err := wire.AppendBody((*buf)[:0], r.Body, bound)
 	*buf = body[:0]
 	if errors.Is(err, wire.ErrBodyTooLarge) {
 		writeTooLarge(w, r, fmt.Sprintf("body over the %d-byte bound", bound))
-		return nil, false
+		return nil, wire.CodeTooLarge
 	}
 	if err != nil {
 		// Before authentication nothing answers 400: a body that could not
 		// be read (broken chunked encoding, a read timeout) could not be
 		// authenticated either.
 		writeProblem(w, wire.CodeUnauthorized, "the body could not be read, so its signature could not be checked")
-		return nil, false
+		return nil, wire.CodeUnauthorized
 	}
 	keepConnection(w, r)
 	if err := s.verifier.Verify(s.now(), ts, sig, r.Method, r.URL.Path, body); err != nil {
 		writeProblem(w, wire.CodeUnauthorized, err.Error())
-		return nil, false
+		return nil, wire.CodeUnauthorized
 	}
-	return body, true
+	return body, ""
 }
 
 // run runs one decoded and validated RPC request (see decodeRequest): stop

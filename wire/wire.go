@@ -40,6 +40,7 @@ const (
 	PathAudit         = "/control/audit" // the audit trail of fairness resets
 	PathHealthz       = "/healthz"
 	PathReadyz        = "/readyz"
+	PathMetrics       = "/metrics" // Prometheus metrics, behind the operator token
 )
 
 // Headers of a signed request.

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/client"
@@ -121,6 +123,8 @@ func (s *sluiceSystem) start(ctx context.Context, o Options) error {
 		scfg := server.DefaultConfig()
 		scfg.Secrets = []string{secret}
 		scfg.OperatorToken = token
+		// Counted as by sluice serve, whose registry this stands for.
+		scfg.Registerer = prometheus.NewRegistry()
 		if s.adm.on {
 			acfg := admission.DefaultConfig()
 			acfg.Total = algo.MaxLimit // never exhausted: every RPC measured is admitted

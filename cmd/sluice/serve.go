@@ -154,6 +154,7 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 	}()
 
 	eng := engine.New(st)
+	reg := newRegistry(st)
 	admCfg := cfg.Admission.config()
 	admCfg.Logger = log.With("component", "admission")
 	admCfg.StateRefresh = cfg.StateRefresh
@@ -167,6 +168,8 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 		Version:       version(),
 		Logger:        log,
 		Admission:     admission.New(eng, admCfg),
+		Registerer:    reg,
+		Gatherer:      reg,
 	}
 	for _, p := range creds.Problems {
 		srvCfg.AddProblem(p)

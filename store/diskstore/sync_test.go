@@ -489,6 +489,9 @@ func TestFailedFsyncFailsTheStore(t *testing.T) {
 				if tc.returns && !errors.Is(err, engine.ErrUnavailable) || err != nil && !errors.Is(err, engine.ErrUnavailable) {
 					t.Fatalf("with the fsync failing: %v, want an error wrapping ErrUnavailable", err)
 				}
+				if !s.Stats().Failed {
+					t.Errorf("Stats().Failed is false after the fsync failed")
+				}
 				if tc.name == "Close" {
 					return
 				}

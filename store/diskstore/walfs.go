@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -65,6 +66,7 @@ type walFS struct {
 	max         int64 // the largest spare: Pebble's preallocation for a log
 	log         *slog.Logger
 	logBytes    atomic.Int64 // written to the current log file
+	stats       logStats
 	adopted     sync.Once
 
 	mu      sync.Mutex
@@ -285,7 +287,7 @@ func (w *walFS) track(f vfs.File, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	lf := &logFile{File: f, n: &w.logBytes}
+	lf := &logFile{File: f, n: &w.logBytes, stats: &w.stats}
 	if w.deferSync {
 		lf.w = w
 		w.lmu.Lock()
@@ -325,12 +327,25 @@ func (w *walFS) syncLogs() error {
 	return nil
 }
 
+// logStats count the bytes written to the write-ahead log and its fsyncs
+// over the store's life (Store.Stats).
+type logStats struct {
+	bytes, fsyncs, fsyncNanos atomic.Int64
+}
+
+// fsynced counts an fsync that started at start.
+func (s *logStats) fsynced(start time.Time) {
+	s.fsyncs.Add(1)
+	s.fsyncNanos.Add(int64(time.Since(start)))
+}
+
 // logFile is a log file that counts the bytes written to it and, with w
 // set, defers its fsyncs to syncLogs.
 type logFile struct {
 	vfs.File
-	n *atomic.Int64
-	w *walFS // set under deferred fsyncs
+	n     *atomic.Int64
+	stats *logStats
+	w     *walFS // set under deferred fsyncs
 
 	written atomic.Int64 // bytes written, under deferred fsyncs
 	smu     sync.Mutex   // serialises fsync and Close
@@ -341,6 +356,7 @@ type logFile struct {
 func (f *logFile) Write(p []byte) (int, error) {
 	n, err := f.File.Write(p)
 	f.n.Add(int64(n))
+	f.stats.bytes.Add(int64(n))
 	if f.w != nil {
 		f.written.Add(int64(n))
 	}
@@ -353,6 +369,7 @@ func (f *logFile) Sync() error {
 	if f.w != nil {
 		return nil
 	}
+	defer f.stats.fsynced(time.Now())
 	return f.File.Sync()
 }
 
@@ -361,6 +378,7 @@ func (f *logFile) SyncData() error {
 	if f.w != nil {
 		return nil
 	}
+	defer f.stats.fsynced(time.Now())
 	return f.File.SyncData()
 }
 
@@ -370,6 +388,7 @@ func (f *logFile) SyncTo(length int64) (bool, error) {
 	if f.w != nil {
 		return false, nil
 	}
+	defer f.stats.fsynced(time.Now())
 	return f.File.SyncTo(length)
 }
 
@@ -382,7 +401,10 @@ func (f *logFile) fsync() error {
 	if f.closed || n == f.synced {
 		return nil
 	}
-	if err := f.File.SyncData(); err != nil {
+	start := time.Now()
+	err := f.File.SyncData()
+	f.stats.fsynced(start)
+	if err != nil {
 		return err
 	}
 	f.synced = n
