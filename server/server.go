@@ -1,7 +1,8 @@
 // Package server is the Sluice server: the signed RPC over one engine, the
 // durable stop fence and the operator endpoints, the paced-call limiters
 // and route quota policies kept in the store (/v1/limiters, /v1/policies),
-// health checks.
+// health checks, and Prometheus metrics (Config.Registerer, served at
+// /metrics behind the operator token when Config.Gatherer is set).
 //
 // The handler order of POST /v1/rpc is part of the contract (see
 // docs/protocol.md): configuration, body bound, signature, JSON, bounds,

@@ -56,6 +56,9 @@ Every RPC names an admission family and spends its daily budget
 RPCs of --fair-families also spend per-source, per-prefix and per-principal
 quotas, each a share of the family budget (--shares, --family-shares).
 
+GET /metrics serves Prometheus metrics (the server's, the embedded
+store's, the process's), behind the operator token.
+
 A configuration the server can run but must not trust (a secret under 32
 characters, an operator token equal to a secret, no secret at all, a
 malformed admission setting) does not stop it: every RPC is then answered
