@@ -15,9 +15,9 @@ import (
 )
 
 // scrape reads GET /metrics with the operator token and parses it.
-func (s *server) scrape(t *testing.T) map[string]*dto.MetricFamily {
+func (s *server) scrape(t *testing.T, token string) map[string]*dto.MetricFamily {
 	t.Helper()
-	a := s.operator(t, http.MethodGet, wire.PathMetrics, s.operatorToken(), "")
+	a := s.operator(t, http.MethodGet, wire.PathMetrics, token, "")
 	if a.Status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", a.Status, a.Body)
 	}
@@ -69,13 +69,13 @@ func TestMetrics(t *testing.T) {
 	if a := s.operator(t, http.MethodGet, wire.PathMetrics, "", ""); a.Status != http.StatusUnauthorized {
 		t.Fatalf("GET /metrics without the token: %d %s", a.Status, a.Body)
 	}
-	before := s.scrape(t)
+	before := s.scrape(t, s.operatorToken())
 
 	p := unique(t, "metrics")
 	for range 5 { // each its own operation
 		s.do(t, request(step(p, engine.Hit(1, engine.Window{Key: "w", Kind: algo.KindSliding, Limit: 3, WindowMs: hour}))))
 	}
-	after := s.scrape(t)
+	after := s.scrape(t, s.operatorToken())
 
 	for _, c := range []struct {
 		name   string
@@ -116,7 +116,7 @@ func TestMetrics(t *testing.T) {
 	if _, errOut, status := s.cli(t, "control", "stop", "--reason", "metrics"); status != 0 {
 		t.Fatalf("control stop: %d %s", status, errOut)
 	}
-	if got := value(s.scrape(t), "sluice_stopped"); got != 1 {
+	if got := value(s.scrape(t, s.operatorToken()), "sluice_stopped"); got != 1 {
 		t.Errorf("sluice_stopped = %v while stopped, want 1", got)
 	}
 }

@@ -116,6 +116,25 @@ func shareQuotas(t *testing.T, store string) {
 			}
 		}
 	}
+	// Each server counted what it answered, and reports the Redis
+	// client's pool rather than an embedded store.
+	for _, s := range fleet.servers {
+		m := s.scrape(t, fleet.token)
+		if got, want := value(m, "sluice_rpc_requests_total", "code", "ok"), float64(partitions*(perServer+1)); got != want {
+			t.Errorf("%s counted %v requests answered ok, want %v", s.URL, got, want)
+		}
+		if got := value(m, "sluice_redis_pool_connections"); got < 1 {
+			t.Errorf("%s: sluice_redis_pool_connections = %v", s.URL, got)
+		}
+		// Pipelines share a connection among batches, so fewer than one
+		// a request.
+		if got := value(m, "sluice_redis_pool_hits_total") + value(m, "sluice_redis_pool_misses_total"); got < 1 {
+			t.Errorf("%s: %v connections taken from the pool for %d RPCs", s.URL, got, partitions*(perServer+1))
+		}
+		if m["sluice_diskstore_log_fsyncs_total"] != nil {
+			t.Errorf("%s reports an embedded store's metrics over Redis", s.URL)
+		}
+	}
 }
 
 // TestRedisStopFenceIsShared stops one server through its operator

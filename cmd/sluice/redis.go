@@ -122,11 +122,12 @@ func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstor
 	return opts, cfg, errors.Join(errs...)
 }
 
-// open connects to the Redis store of storeURL.
-func (r redisFlags) open(storeURL string, log *slog.Logger) (*redisstore.Store, error) {
+// open connects to the Redis store of storeURL. The client returned is
+// the store's, for its connection pool's metrics.
+func (r redisFlags) open(storeURL string, log *slog.Logger) (*redisstore.Store, redis.UniversalClient, error) {
 	opts, cfg, err := r.options(storeURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	client := redis.NewUniversalClient(opts)
 	// A Redis that cannot be reached fails the start, rather than every
@@ -142,13 +143,13 @@ func (r redisFlags) open(storeURL string, log *slog.Logger) (*redisstore.Store, 
 		_ = client.Close()
 		var evicts *redisstore.EvictionError
 		if errors.As(err, &evicts) {
-			return nil, fmt.Errorf("opening the Redis store %s: its maxmemory-policy is %q, which may evict keys, and an evicted window admits beyond its limit: "+
+			return nil, nil, fmt.Errorf("opening the Redis store %s: its maxmemory-policy is %q, which may evict keys, and an evicted window admits beyond its limit: "+
 				"set maxmemory-policy noeviction, or start with --redis-allow-eviction ($SLUICE_REDIS_ALLOW_EVICTION) to accept that", redisstore.RedactURL(storeURL), evicts.Policy)
 		}
-		return nil, fmt.Errorf("opening the Redis store %s: %w", redisstore.RedactURL(storeURL), err)
+		return nil, nil, fmt.Errorf("opening the Redis store %s: %w", redisstore.RedactURL(storeURL), err)
 	}
 	if cfg.AllowEviction {
 		log.Warn("the Redis store does not check maxmemory-policy: a Redis that evicts keys can admit beyond a limit")
 	}
-	return st, nil
+	return st, client, nil
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -110,22 +112,31 @@ func TestRedisStoreOpens(t *testing.T) {
 	url := "redis://" + srv.Addr
 
 	r := defaultRedisFlags()
-	if st, err := r.open(url, log); err == nil {
+	if st, _, err := r.open(url, log); err == nil {
 		st.Close()
 		t.Fatal("opened a Redis requiring a password without one")
 	}
 	r.Password = "pw-from-env"
-	st, err := r.open(url, log)
+	st, client, err := r.open(url, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The pool's metrics read the store's own client: it holds the
+	// connection that checked the server at the start.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(redisPoolCollector{client})
+	if conns := metricValue(t, reg, "sluice_redis_pool_connections"); conns < 1 {
+		t.Errorf("sluice_redis_pool_connections = %v after the start's check, want 1 at least", conns)
 	}
 	if err := st.Close(); err != nil {
 		t.Error(err)
 	}
-	if _, err := defaultRedisFlags().open("redis://:pw-from-env@"+srv.Addr, log); err != nil {
+	if st, _, err := defaultRedisFlags().open("redis://:pw-from-env@"+srv.Addr, log); err != nil {
 		t.Errorf("password in the URL: %v", err)
+	} else {
+		st.Close()
 	}
-	if _, err := defaultRedisFlags().open("redis://127.0.0.1:1", log); err == nil || !strings.Contains(err.Error(), "opening the Redis store") {
+	if _, _, err := defaultRedisFlags().open("redis://127.0.0.1:1", log); err == nil || !strings.Contains(err.Error(), "opening the Redis store") {
 		t.Errorf("no Redis at the address: %v", err)
 	}
 }

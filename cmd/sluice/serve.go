@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicehq/sluice/admission"
@@ -145,7 +146,7 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 		return err
 	}
 
-	st, err := openStore(cfg, log)
+	st, storeMetrics, err := openStore(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -157,7 +158,7 @@ func runServe(ctx context.Context, cfg serveConfig, stderr io.Writer) (err error
 	}()
 
 	eng := engine.New(st)
-	reg := newRegistry(st)
+	reg := newRegistry(storeMetrics)
 	admCfg := cfg.Admission.config()
 	admCfg.Logger = log.With("component", "admission")
 	admCfg.StateRefresh = cfg.StateRefresh
@@ -305,14 +306,23 @@ func source(fromFlag bool, file string) string {
 	return file
 }
 
-// openStore opens the store cfg names.
-func openStore(cfg serveConfig, log *slog.Logger) (engine.Store, error) {
+// openStore opens the store cfg names, and returns with it the collector
+// of its metrics.
+func openStore(cfg serveConfig, log *slog.Logger) (engine.Store, prometheus.Collector, error) {
 	switch {
 	case isRedisStore(cfg.Store):
-		return cfg.Redis.open(cfg.Store, log)
+		st, client, err := cfg.Redis.open(cfg.Store, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, redisPoolCollector{client}, nil
 	case cfg.Store == storeMemory:
 		log.Warn("memory store: every quota and record is lost when the process exits")
-		return memstore.New(memstore.DefaultConfig())
+		st, err := memstore.New(memstore.DefaultConfig())
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, memstoreCollector{st}, nil
 	default:
 		dc := diskstore.DefaultConfig()
 		dc.Dir = filepath.Join(cfg.DataDir, storeDir)
@@ -322,13 +332,13 @@ func openStore(cfg serveConfig, log *slog.Logger) (engine.Store, error) {
 		if errors.Is(err, syscall.EAGAIN) {
 			// Pebble holds a lock on the store while it is open: the lock
 			// is taken, by another process.
-			return nil, fmt.Errorf("the disk store in %s is in use by another process, such as a sluice serve already running on %s: only one server may use a data directory at a time (%w)",
+			return nil, nil, fmt.Errorf("the disk store in %s is in use by another process, such as a sluice serve already running on %s: only one server may use a data directory at a time (%w)",
 				dc.Dir, absPath(cfg.DataDir), err)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("opening the disk store in %s: %w", dc.Dir, err)
+			return nil, nil, fmt.Errorf("opening the disk store in %s: %w", dc.Dir, err)
 		}
-		return st, nil
+		return st, diskstoreCollector{st}, nil
 	}
 }
 
