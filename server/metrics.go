@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"runtime"
 	"time"
@@ -289,5 +290,5 @@ func (s *Server) metricsHandler() http.Handler {
 type slogErrorLog struct{ s *Server }
 
 func (l slogErrorLog) Println(v ...any) {
-	l.s.log.Warn("gathering metrics", "err", v)
+	l.s.log.Warn("gathering metrics", "err", fmt.Sprint(v...))
 }
