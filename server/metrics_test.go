@@ -2,11 +2,15 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/server"
+	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -285,5 +290,66 @@ func TestMetricsRegisteredTwice(t *testing.T) {
 	}
 	if got := metric(t, reg, "sluice_rpc_calls_total", "endpoint=rpc", "code=ok"); got != 1 {
 		t.Errorf("calls counted = %v, want the first server's 1", got)
+	}
+}
+
+// failingStore fails every batch while fail is set.
+type failingStore struct {
+	engine.Store
+	fail atomic.Bool
+}
+
+func (s *failingStore) Apply(ctx context.Context, b *engine.Batch, out *engine.StepResult) error {
+	if s.fail.Load() {
+		return errors.New("the disk is on fire")
+	}
+	return s.Store.Apply(ctx, b, out)
+}
+
+// TestMetricsServedWhenTheStoreFails checks that a scrape while the store
+// fails still answers 200 with the counters, leaves out the stop fence it
+// could not read, and logs why; and that the fence is back once the store
+// answers.
+func TestMetricsServedWhenTheStoreFails(t *testing.T) {
+	mem, err := memstore.New(memstore.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	st := &failingStore{Store: mem}
+	logs := &lockedBuffer{}
+	reg := prometheus.NewRegistry()
+	cfg := server.DefaultConfig()
+	cfg.Secrets, cfg.OperatorToken = []string{admSecret}, admToken
+	cfg.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	cfg.FenceRefresh = time.Nanosecond // every scrape reads the store
+	cfg.Registerer, cfg.Gatherer = reg, reg
+	srv := server.New(engine.New(st), cfg)
+	scrape := func() string {
+		req := httptest.NewRequest(http.MethodGet, wire.PathMetrics, nil)
+		req.Header.Set("Authorization", "Bearer "+admToken)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+
+	st.fail.Store(true)
+	body := scrape()
+	if strings.Contains(body, "sluice_stopped ") {
+		t.Errorf("sluice_stopped reported from a fence that could not be read:\n%s", body)
+	}
+	if !strings.Contains(body, `sluice_rpc_calls_total{code="ok",endpoint="rpc"} 0`) {
+		t.Errorf("the counters are missing:\n%s", body)
+	}
+	if !strings.Contains(logs.String(), "gathering metrics") || !strings.Contains(logs.String(), "the disk is on fire") {
+		t.Errorf("the failure was not logged: %s", logs)
+	}
+
+	st.fail.Store(false)
+	if body := scrape(); !strings.Contains(body, "sluice_stopped 0") {
+		t.Errorf("sluice_stopped missing once the store answers:\n%s", body)
 	}
 }
