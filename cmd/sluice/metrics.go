@@ -38,12 +38,16 @@ var (
 		"Partitions the embedded store holds in memory.", nil, nil)
 	dsDiskBytes = prometheus.NewDesc("sluice_diskstore_disk_bytes",
 		"Space the embedded store's files take on disk, in bytes.", nil, nil)
+	dsReadAmp = prometheus.NewDesc("sluice_diskstore_read_amplification",
+		"Sorted files a read of the embedded store may look in (Pebble's read amplification); growing without end, compactions fall behind.", nil, nil)
+	dsDebt = prometheus.NewDesc("sluice_diskstore_compaction_debt_bytes",
+		"Bytes Pebble estimates its compactions must still rewrite to catch up with the writes.", nil, nil)
 	dsFailed = prometheus.NewDesc("sluice_diskstore_failed",
 		"1 once the embedded store has failed (a write-ahead log fsync failed): it answers nothing more until the server restarts.", nil, nil)
 )
 
 func (diskstoreCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dsLogBytes, dsFsyncs, dsFsyncSeconds, dsPartitions, dsDiskBytes, dsFailed} {
+	for _, d := range []*prometheus.Desc{dsLogBytes, dsFsyncs, dsFsyncSeconds, dsPartitions, dsDiskBytes, dsReadAmp, dsDebt, dsFailed} {
 		ch <- d
 	}
 }
@@ -59,6 +63,8 @@ func (c diskstoreCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(dsFsyncSeconds, prometheus.CounterValue, st.LogFsyncTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(dsPartitions, prometheus.GaugeValue, float64(st.Partitions))
 	ch <- prometheus.MustNewConstMetric(dsDiskBytes, prometheus.GaugeValue, float64(st.DiskBytes))
+	ch <- prometheus.MustNewConstMetric(dsReadAmp, prometheus.GaugeValue, float64(st.ReadAmp))
+	ch <- prometheus.MustNewConstMetric(dsDebt, prometheus.GaugeValue, float64(st.CompactionDebt))
 	ch <- prometheus.MustNewConstMetric(dsFailed, prometheus.GaugeValue, failed)
 }
 

@@ -18,6 +18,14 @@ type Stats struct {
 	// DiskBytes is the space the store's files take on disk; 0 once the
 	// store is closed.
 	DiskBytes uint64
+	// ReadAmp is Pebble's read amplification: the sorted files a read may
+	// have to look in (L0's sublevels and each non-empty level below). A
+	// figure that keeps growing means compactions fall behind the writes;
+	// Pebble stops writes while L0 holds 12 sublevels (its default).
+	// CompactionDebt is Pebble's estimate of the bytes compactions must
+	// still rewrite to catch up. Both 0 once the store is closed.
+	ReadAmp        int
+	CompactionDebt uint64
 	// Failed reports a store that has failed (a write-ahead log fsync
 	// failed): it answers nothing more until reopened.
 	Failed bool
@@ -38,7 +46,10 @@ func (s *Store) Stats() Stats {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if !s.closed.Load() {
-		st.DiskBytes = s.db.Metrics().DiskSpaceUsage()
+		m := s.db.Metrics()
+		st.DiskBytes = m.DiskSpaceUsage()
+		st.ReadAmp = m.ReadAmp()
+		st.CompactionDebt = m.Compact.EstimatedDebt
 	}
 	return st
 }
