@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/httplimit"
 )
@@ -29,17 +31,20 @@ func (w *nopWriter) WriteHeader(int)             {}
 //	clients=N        the same, spread over N client addresses
 //	policy=stored    the quota of a stored policy (Policies), read once and
 //	                 then from the cache
+//	metrics=on       the requests counted (Config.Registerer)
 func BenchmarkHandler(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		path    string
 		clients int
 		stored  bool
+		metrics bool
 	}{
-		{"path=unselected", "/static/app.js", 1, false},
-		{"path=selected/clients=1", "/api/items", 1, false},
-		{"path=selected/clients=1000", "/api/items", 1000, false},
-		{"path=selected/clients=1000/policy=stored", "/api/items", 1000, true},
+		{"path=unselected", "/static/app.js", 1, false, false},
+		{"path=selected/clients=1", "/api/items", 1, false, false},
+		{"path=selected/clients=1000", "/api/items", 1000, false, false},
+		{"path=selected/clients=1000/metrics=on", "/api/items", 1000, false, true},
+		{"path=selected/clients=1000/policy=stored", "/api/items", 1000, true, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			mem, clock := newMem(b, 1_000_000)
@@ -56,6 +61,9 @@ func BenchmarkHandler(b *testing.B) {
 					b.Fatal(err)
 				}
 				cfg.Policy = pol
+			}
+			if bc.metrics {
+				cfg.Registerer = prometheus.NewRegistry()
 			}
 			lim, err := httplimit.New(cfg)
 			if err != nil {

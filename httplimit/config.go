@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/engine"
@@ -119,6 +121,11 @@ type Config struct {
 	// 503 with a problem document.
 	OnError func(w http.ResponseWriter, r *http.Request, err error)
 
+	// Registerer, if set, receives the stage's counts: the requests on
+	// its routes by outcome (sluice_httplimit_requests_total, labelled by
+	// Prefix and allowed, limited or error). Stages registered on one
+	// registry share the counter, each under its prefix.
+	Registerer prometheus.Registerer
 	// Logger receives a warning when checks start failing and a notice
 	// when they succeed again, and, unless ClientIP.Logger is set, the
 	// one warning of package clientip about requests without a usable

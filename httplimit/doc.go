@@ -138,6 +138,15 @@ it, 503 with a problem document by default ([WriteUnavailable]). A full
 store thus refuses new clients while every client it already holds keeps
 its quota; it never admits a request it could not count.
 
+# Metrics
+
+With [Config.Registerer] set, a stage counts the requests on its routes in
+the Prometheus counter sluice_httplimit_requests_total, labelled by the
+stage's prefix and the outcome: allowed (the handler ran), limited
+(answered 429) or error (answered by OnError). Stages sharing a registry
+share the counter, each under its prefix; no label carries a client's key
+or address. Counting costs an atomic addition per request.
+
 # Stores
 
 Any engine.Store will do. The default, when [Config.Store] is nil, is a

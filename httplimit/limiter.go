@@ -44,6 +44,8 @@ type Limiter struct {
 	compiled map[Quota]*compiled // the Policy's quotas seen so far, at most maxCompiled
 
 	failing atomic.Bool // the last check failed
+
+	metrics *stageMetrics // nil without Config.Registerer
 }
 
 // New returns the stage cfg describes, or an error wrapping
@@ -97,6 +99,13 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.static = c
 	}
+	if cfg.Registerer != nil {
+		m, err := newStageMetrics(cfg.Registerer, cfg.Prefix)
+		if err != nil {
+			return nil, err
+		}
+		l.metrics = m
+	}
 	l.k0, l.k1 = hashKey(cfg.Pepper, cfg.Prefix)
 	l.scratch.New = func() any { return new(scratch) }
 	return l, nil
@@ -125,10 +134,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		d, err := l.check(r, sc)
 		sc.release(&l.scratch)
 		if err != nil {
+			l.metrics.countError()
 			l.failed(err)
 			l.onError(w, r, err)
 			return
 		}
+		l.metrics.count(d.allowed)
 		if l.failing.Load() && l.failing.CompareAndSwap(true, false) {
 			l.log.Info("httplimit: quota checks succeed again", "prefix", l.prefix)
 		}
