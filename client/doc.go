@@ -157,5 +157,11 @@ answers repeated denials from memory until their reset. A hit whose own
 context ends before the answer is not an outage: the Guard returns its
 error rather than apply the mode. Its caches hold at
 most [MaxEntries] (10,000) entries each, evicting the oldest.
+
+A Guard given a Prometheus registerer ([GuardConfig].Registerer) counts
+its decisions in sluice_guard_decisions_total, by family, origin and
+result: an alert on the fail-closed, fail-open and degraded origins sees
+a fleet answering by its fail mode, which the server, unreachable, cannot
+report.
 */
 package client

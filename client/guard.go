@@ -13,6 +13,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
@@ -33,6 +34,13 @@ type GuardConfig struct {
 	// Logger receives a warning when the server becomes unavailable and a
 	// notice when it answers again. Nil discards them.
 	Logger *slog.Logger
+	// Registerer, if set, receives the Guard's decisions, counted in
+	// sluice_guard_decisions_total by the client's family, their origin
+	// (server, cache, fail-closed, fail-open, degraded) and result
+	// (allowed, denied): how often the fail mode answers shows there,
+	// before callers notice it. Guards registered on one registry share
+	// the counter, each under its family.
+	Registerer prometheus.Registerer
 }
 
 // DefaultGuardConfig returns a configuration that fails closed on the
@@ -84,6 +92,8 @@ type Guard struct {
 	counters *simplelru.LRU[digest, algo.WindowState]
 
 	down atomic.Bool // the last call found the server unavailable
+
+	metrics *guardMetrics // nil without GuardConfig.Registerer
 }
 
 // digest names a cache entry in 32 bytes, whatever the size of the
@@ -119,6 +129,11 @@ func NewGuard(c *Client, cfg GuardConfig) (*Guard, error) {
 	}
 	if g.counters, err = simplelru.NewLRU[digest, algo.WindowState](MaxEntries, nil); err != nil {
 		return nil, err
+	}
+	if cfg.Registerer != nil {
+		if g.metrics, err = newGuardMetrics(cfg.Registerer, c.Family()); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }
@@ -189,6 +204,14 @@ func (d Decision) Reject(w http.ResponseWriter) {
 // nothing of the server, so no fail mode answers and no degraded window is
 // charged. A hit sent before ctx ended may have been charged.
 func (g *Guard) Hit(ctx context.Context, partition string, cost int64, windows ...engine.Window) (Decision, error) {
+	d, err := g.hit(ctx, partition, cost, windows)
+	if err == nil {
+		g.metrics.count(d)
+	}
+	return d, err
+}
+
+func (g *Guard) hit(ctx context.Context, partition string, cost int64, windows []engine.Window) (Decision, error) {
 	step := engine.Step{Partition: partition, Commands: []engine.Command{engine.Hit(cost, windows...)}}
 	if err := step.Validate(); err != nil {
 		return Decision{}, err
