@@ -117,7 +117,7 @@ func (r redisFlags) options(storeURL string) (*redis.UniversalOptions, redisstor
 	cfg := redisstore.Config{Prefix: r.Prefix, Timeout: r.Timeout, AllowEviction: r.AllowEviction,
 		WaitReplicas: r.WaitReplicas, WaitTimeout: r.WaitTimeout, Pipeline: r.Pipeline}
 	if err := cfg.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("Redis store settings (--redis-*): %w", err))
+		errs = append(errs, fmt.Errorf("the Redis store settings (--redis-*): %w", err))
 	}
 	return opts, cfg, errors.Join(errs...)
 }

@@ -249,11 +249,11 @@ func sameStep(a, b *engine.StepResult) bool {
 // checkClosed closes store and checks that it then answers ErrClosed.
 func checkClosed(ctx context.Context, store engine.Store, _ *testclock.Clock) error {
 	if err := store.Close(); err != nil {
-		return fmt.Errorf("Close: %w", err)
+		return fmt.Errorf("closing the store: %w", err)
 	}
 	var out engine.StepResult
 	if err := engine.New(store).Apply(ctx, "p", &out, engine.Get("k")); !errors.Is(err, engine.ErrClosed) {
-		return fmt.Errorf("Apply on a closed store: %v, want ErrClosed", err)
+		return fmt.Errorf("an Apply on a closed store: %v, want ErrClosed", err)
 	}
 	return nil
 }
