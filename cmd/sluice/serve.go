@@ -57,8 +57,8 @@ Every RPC names an admission family and spends its daily budget
 RPCs of --fair-families also spend per-source, per-prefix and per-principal
 quotas, each a share of the family budget (--shares, --family-shares).
 
-GET /metrics serves Prometheus metrics (the server's, the embedded
-store's, the process's), behind the operator token.
+GET /metrics serves Prometheus metrics (the server's, the store's, the
+process's), behind the operator token.
 
 A configuration the server can run but must not trust (a secret under 32
 characters, an operator token equal to a secret, no secret at all, a
