@@ -3,7 +3,6 @@ package main
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/store/diskstore"
