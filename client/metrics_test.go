@@ -8,41 +8,9 @@ import (
 
 	"github.com/sluicehq/sluice/client"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/metricstest"
 	"github.com/sluicehq/sluice/internal/testclock"
 )
-
-// guardCounts gathers reg and returns sluice_guard_decisions_total by
-// family, origin and result.
-func guardCounts(t *testing.T, reg prometheus.Gatherer) map[[3]string]float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[[3]string]float64{}
-	for _, f := range fams {
-		if f.GetName() != "sluice_guard_decisions_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			var k [3]string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "family":
-					k[0] = l.GetValue()
-				case "origin":
-					k[1] = l.GetValue()
-				case "result":
-					k[2] = l.GetValue()
-				}
-			}
-			if v := m.GetCounter().GetValue(); v != 0 {
-				out[k] = v
-			}
-		}
-	}
-	return out
-}
 
 // TestGuardMetricsCountEachOrigin runs two Guards of two families on one
 // registry through the server's decisions, a cached denial and, with the
@@ -89,14 +57,20 @@ func TestGuardMetricsCountEachOrigin(t *testing.T) {
 		{"jobs", "server", "allowed"}:    1,
 		{"jobs", "fail-open", "allowed"}: 2,
 	}
-	got := guardCounts(t, reg)
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%v = %v, want %v", k, got[k], v)
+	fams := metricstest.Gather(t, reg)
+	for _, family := range []string{"api", "jobs"} {
+		for _, origin := range []string{"server", "cache", "fail-closed", "fail-open", "degraded"} {
+			for _, result := range []string{"allowed", "denied"} {
+				k := [3]string{family, origin, result}
+				got, ok := metricstest.Value(fams, "sluice_guard_decisions_total", "family", family, "origin", origin, "result", result)
+				if !ok || got != want[k] {
+					t.Errorf("%v = %v (present %v), want %v", k, got, ok, want[k])
+				}
+			}
 		}
 	}
-	if len(got) != len(want) {
-		t.Errorf("counted %v, want %v", got, want)
+	if n := metricstest.Series(fams, "sluice_guard_decisions_total"); n != 2*5*2 {
+		t.Errorf("%d series, want every family, origin and result: 20", n)
 	}
 }
 

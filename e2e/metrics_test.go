@@ -6,54 +6,28 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/metricstest"
 	"github.com/sluicehq/sluice/wire"
 )
 
 // scrape reads GET /metrics with the operator token and parses it.
-func (s *server) scrape(t *testing.T, token string) map[string]*dto.MetricFamily {
+func (s *server) scrape(t *testing.T, token string) []*dto.MetricFamily {
 	t.Helper()
 	a := s.operator(t, http.MethodGet, wire.PathMetrics, token, "")
 	if a.Status != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", a.Status, a.Body)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(bytes.NewReader(a.Body))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	return fams
+	return metricstest.Parse(t, bytes.NewReader(a.Body))
 }
 
 // value returns the value of the series of name with the label values
-// given as name, value pairs (a counter's or a gauge's), or -1 if there
-// is none.
-func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	f := fams[name]
-	if f == nil {
-		return -1
-	}
-series:
-	for _, m := range f.GetMetric() {
-		for i := 0; i+1 < len(labels); i += 2 {
-			found := false
-			for _, l := range m.GetLabel() {
-				found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
-			}
-			if !found {
-				continue series
-			}
-		}
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue()
-		}
+// given as name, value pairs, or -1 if there is none.
+func value(fams []*dto.MetricFamily, name string, labels ...string) float64 {
+	if v, ok := metricstest.Value(fams, name, labels...); ok {
+		return v
 	}
 	return -1
 }
@@ -108,7 +82,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes", "sluice_family_allowance"} {
-		if after[name] == nil {
+		if metricstest.Series(after, name) == 0 {
 			t.Errorf("no %s", name)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/metricstest"
 )
 
 // TestMetricsCountEachOutcome runs two stages on one registry: each
@@ -40,33 +41,14 @@ func TestMetricsCountEachOutcome(t *testing.T) {
 		{"login", "allowed"}: 2, {"login", "limited"}: 1, {"login", "error"}: 0,
 		{"api", "allowed"}: 0, {"api", "limited"}: 0, {"api", "error"}: 2,
 	}
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(fams) != 1 || fams[0].GetName() != "sluice_httplimit_requests_total" {
-		t.Fatalf("gathered %d families, want sluice_httplimit_requests_total alone", len(fams))
-	}
-	got := map[[2]string]float64{}
-	for _, m := range fams[0].GetMetric() {
-		var k [2]string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "prefix":
-				k[0] = l.GetValue()
-			case "outcome":
-				k[1] = l.GetValue()
-			}
-		}
-		got[k] = m.GetCounter().GetValue()
-	}
+	fams := metricstest.Gather(t, reg)
 	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s %s = %v, want %v", k[0], k[1], got[k], v)
+		if got, ok := metricstest.Value(fams, "sluice_httplimit_requests_total", "prefix", k[0], "outcome", k[1]); !ok || got != v {
+			t.Errorf("%s %s = %v (present %v), want %v", k[0], k[1], got, ok, v)
 		}
 	}
-	if len(got) != len(want) {
-		t.Errorf("series %v, want %v", got, want)
+	if len(fams) != 1 || metricstest.Series(fams, "sluice_httplimit_requests_total") != len(want) {
+		t.Errorf("%d families, %d series of sluice_httplimit_requests_total; want it alone, with %d", len(fams), metricstest.Series(fams, "sluice_httplimit_requests_total"), len(want))
 	}
 }
 

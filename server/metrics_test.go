@@ -16,12 +16,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/sluicehq/sluice/admission"
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/metricstest"
 	"github.com/sluicehq/sluice/server"
 	"github.com/sluicehq/sluice/store/memstore"
 	"github.com/sluicehq/sluice/wire"
@@ -38,42 +37,17 @@ func newMetricsHarness(t *testing.T) (*admHarness, *prometheus.Registry) {
 	return h, reg
 }
 
-// metric returns the value of the counter or gauge name whose labels are
-// labels ("k=v" each), or of the histogram's sample count; 0 if the
-// registry has no such series.
+// metric returns the value of the series of name whose labels are labels
+// ("k=v" each), or of a histogram's count; 0 if the registry has none.
 func metric(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gathering: %v", err)
+	var pairs []string
+	for _, kv := range labels {
+		k, v, _ := strings.Cut(kv, "=")
+		pairs = append(pairs, k, v)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	series:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for _, kv := range labels {
-				k, v, _ := strings.Cut(kv, "=")
-				if have[k] != v {
-					continue series
-				}
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
+	v, _ := metricstest.Value(metricstest.Gather(t, reg), name, pairs...)
+	return v
 }
 
 // hitOnce is one request hitting key under a window of limit.
@@ -238,14 +212,15 @@ func TestMetricsEndpoint(t *testing.T) {
 	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("Content-Type %q, want the text format", ct)
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(rec.Body)
-	if err != nil {
-		t.Fatalf("parsing the exposition: %v", err)
+	fams := metricstest.Parse(t, rec.Body)
+	var calls *dto.MetricFamily
+	for _, f := range fams {
+		if f.GetName() == "sluice_rpc_calls_total" {
+			calls = f
+		}
 	}
-	calls := fams["sluice_rpc_calls_total"]
 	if calls == nil || calls.GetType() != dto.MetricType_COUNTER {
-		t.Fatalf("no counter sluice_rpc_calls_total in %v", keys(fams))
+		t.Fatalf("no counter sluice_rpc_calls_total in %d families", len(fams))
 	}
 	for _, m := range calls.GetMetric() {
 		for _, l := range m.GetLabel() {
@@ -262,14 +237,6 @@ func TestMetricsEndpoint(t *testing.T) {
 	if rec := plain.operator(http.MethodGet, wire.PathMetrics, ""); code(t, rec) != wire.CodeNotFound {
 		t.Errorf("without a Gatherer: %d %s", rec.Code, rec.Body)
 	}
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // TestMetricsRegisteredTwice checks that a second server registering on

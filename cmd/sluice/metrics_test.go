@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/metricstest"
 	"github.com/sluicehq/sluice/store/diskstore"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -16,25 +17,12 @@ import (
 // (a gauge's or a counter's), failing the test unless there is exactly one.
 func metricValue(t *testing.T, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
-	fams, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gathering: %v", err)
+	fams := metricstest.Gather(t, g)
+	if n := metricstest.Series(fams, name); n != 1 {
+		t.Fatalf("%s has %d series, want 1", name, n)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		if len(f.GetMetric()) != 1 {
-			t.Fatalf("%s has %d series, want 1", name, len(f.GetMetric()))
-		}
-		m := f.GetMetric()[0]
-		if m.Counter != nil {
-			return m.GetCounter().GetValue()
-		}
-		return m.GetGauge().GetValue()
-	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	v, _ := metricstest.Value(fams, name)
+	return v
 }
 
 // TestStoreMetrics checks the collectors openStore returns for the

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/internal/testclock"
 )
 
 // TestStatsCountTheLog checks Stats against the file system under each
@@ -22,13 +21,7 @@ func TestStatsCountTheLog(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var fsyncs atomic.Int64
-				cfg := DefaultConfig()
-				cfg.Dir = "db"
-				cfg.FS = countedLog(&fsyncs)
-				cfg.Clock = testclock.At(t0)
-				cfg.Sync = policy
-				cfg.SyncInterval = time.Second
-				cfg.SweepInterval = time.Hour
+				cfg := countedConfig(&fsyncs, policy)
 				s := openTest(t, cfg)
 				synctest.Wait()
 

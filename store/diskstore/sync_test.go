@@ -272,6 +272,20 @@ func countedLog(fsyncs *atomic.Int64) vfs.FS {
 	}))
 }
 
+// countedConfig is a store in "db" on a file system that counts the
+// log's fsyncs (countedLog), under policy with a period of a second, on a
+// controlled clock, with no sweep to run in the test's time.
+func countedConfig(fsyncs *atomic.Int64, policy SyncPolicy) Config {
+	cfg := DefaultConfig()
+	cfg.Dir = "db"
+	cfg.FS = countedLog(fsyncs)
+	cfg.Clock = testclock.At(t0)
+	cfg.Sync = policy
+	cfg.SyncInterval = time.Second
+	cfg.SweepInterval = time.Hour
+	return cfg
+}
+
 // TestDeferredRoundsAskForNoFsync checks that rounds run with
 // ApplyDeferred start no fsync of their own: the one fsync that Sync asks
 // for covers them all, and each partition holds no unsynced state after
@@ -399,13 +413,7 @@ func TestIntervalAnswersWaitForTheirWrite(t *testing.T) {
 func TestIntervalFsyncsEachPeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var fsyncs atomic.Int64
-		cfg := DefaultConfig()
-		cfg.Dir = "db"
-		cfg.FS = countedLog(&fsyncs)
-		cfg.Clock = testclock.At(t0)
-		cfg.Sync = SyncOnInterval
-		cfg.SyncInterval = time.Second
-		cfg.SweepInterval = time.Hour
+		cfg := countedConfig(&fsyncs, SyncOnInterval)
 		s, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
