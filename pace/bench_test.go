@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/pace"
 	"github.com/sluicehq/sluice/store/memstore"
 )
@@ -15,13 +17,13 @@ import (
 // release with one. Most of it is the take's replay record (the engine
 // encodes its result and hashes its commands), the price of answering a
 // take resent after a lost answer only once.
-func benchLimiter(b *testing.B, concurrency int) *pace.Bound {
+func benchLimiter(b *testing.B, concurrency int, opts ...pace.RegistryOption) *pace.Bound {
 	store, err := memstore.New(memstore.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { store.Close() })
-	reg := pace.NewRegistry(store)
+	reg := pace.NewRegistry(store, opts...)
 	cfg := pace.DefaultConfig()
 	cfg.Limit, cfg.Window, cfg.Concurrency = pace.MaxLimit, time.Millisecond, concurrency
 	if err := reg.Configure(context.Background(), "bench", cfg); err != nil {
@@ -32,11 +34,16 @@ func benchLimiter(b *testing.B, concurrency int) *pace.Bound {
 
 func BenchmarkCall(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		cap  int
-	}{{"uncapped", 0}, {"capped", pace.MaxConcurrency}} {
+		name    string
+		cap     int
+		metrics bool
+	}{{"uncapped", 0, false}, {"uncapped/metrics=on", 0, true}, {"capped", pace.MaxConcurrency, false}} {
+		var opts []pace.RegistryOption
+		if tc.metrics {
+			opts = append(opts, pace.WithRegisterer(prometheus.NewRegistry()))
+		}
 		b.Run(tc.name, func(b *testing.B) {
-			api := benchLimiter(b, tc.cap)
+			api := benchLimiter(b, tc.cap, opts...)
 			fn := func(context.Context) (int, error) { return 1, nil }
 			b.ReportAllocs()
 			for b.Loop() {
@@ -46,7 +53,7 @@ func BenchmarkCall(b *testing.B) {
 			}
 		})
 		b.Run(tc.name+"/parallel", func(b *testing.B) {
-			api := benchLimiter(b, tc.cap)
+			api := benchLimiter(b, tc.cap, opts...)
 			fn := func(context.Context) (int, error) { return 1, nil }
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

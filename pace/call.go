@@ -104,8 +104,15 @@ func (c *caller) judge(v any, err error) verdict {
 	return verdict{}
 }
 
-// call runs the attempts of one call.
+// call runs the attempts of one call, and counts it.
 func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error), opts []Option, m mode) (any, error) {
+	v, err := b.attempts(ctx, fn, opts, m)
+	b.reg.metrics.ended(b.lim.name, err)
+	return v, err
+}
+
+// attempts runs the attempts of one call.
+func (b *Bound) attempts(ctx context.Context, fn func(context.Context) (any, error), opts []Option, m mode) (any, error) {
 	var cs settings
 	for _, o := range opts {
 		o(&cs)
@@ -118,7 +125,8 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 		return nil, context.Cause(ctx)
 	}
 	c := &caller{reg: b.reg, name: name, part: partition(name), set: resolve(b.lim.set, cs), mode: m}
-	var last error // the failure of the previous attempt
+	var last error        // the failure of the previous attempt
+	waiting := time.Now() // since the call's start, or its previous attempt's end
 	for attempt := 1; ; attempt++ {
 		a, err := c.admit(ctx)
 		if err != nil {
@@ -128,7 +136,12 @@ func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error),
 			return nil, err
 		}
 		retry := a.retry()
+		b.reg.metrics.started(name, waiting)
 		out := c.run(ctx, a, attempt, retry, fn)
+		waiting = time.Now()
+		if out.verdict.rateLimit != nil {
+			b.reg.metrics.rateLimited(name)
+		}
 		v, vd := out.v, out.verdict
 		final := func(retryable bool, err error) (any, error) {
 			if !m.keepBody {

@@ -141,6 +141,19 @@ from a finished call, and retrying could send a payment twice. Make such
 work idempotent, or reconcile it. [WithOnStart] observes each attempt as
 fn starts, with the slot it was admitted at, for metrics of waits.
 
+# Metrics
+
+A Registry given [WithRegisterer] counts its calls in Prometheus metrics
+labelled by the limiter's name: sluice_pace_calls_total by result (ok,
+rate_limited, failed, dropped, wait_too_long, reconfigured,
+no_such_limiter, cancelled, error), sluice_pace_attempts_total (runs of
+fn), sluice_pace_upstream_rate_limits_total (the upstream's rate limits,
+each of which paused every caller) and the histogram
+sluice_pace_wait_seconds (each attempt's wait for its turn, from the
+call's start or the previous attempt's end). Registries on one registerer
+share the metrics. [WithOnStart] and [WithOnDrop] observe the same events
+one by one, for other metric systems.
+
 # Guarantees and limits
 
   - No rolling window of starts holds more than the limit, across every

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/algo"
 	"github.com/sluicehq/sluice/engine"
 )
@@ -91,6 +93,9 @@ type Registry struct {
 
 	mu     sync.Mutex
 	states map[string]*nameState
+
+	metricsReg prometheus.Registerer // WithRegisterer's, until NewRegistry registers
+	metrics    *paceMetrics          // nil without WithRegisterer
 }
 
 // nameState is what this process keeps about one limiter: its last seen
@@ -129,6 +134,13 @@ func NewRegistry(store engine.Store, opts ...RegistryOption) *Registry {
 	}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.metricsReg != nil {
+		m, err := newPaceMetrics(r.metricsReg)
+		if err != nil {
+			r.log.Warn("pace: metrics not registered; the registry counts nothing", "err", err)
+		}
+		r.metrics, r.metricsReg = m, nil
 	}
 	return r
 }
