@@ -107,7 +107,9 @@ func (c *caller) judge(v any, err error) verdict {
 // call runs the attempts of one call, and counts it.
 func (b *Bound) call(ctx context.Context, fn func(context.Context) (any, error), opts []Option, m mode) (any, error) {
 	v, err := b.attempts(ctx, fn, opts, m)
-	b.reg.metrics.ended(b.lim.name, err)
+	if b.reg != nil {
+		b.reg.metrics.ended(b.lim.name, err)
+	}
 	return v, err
 }
 
