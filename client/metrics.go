@@ -1,12 +1,12 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // metricDecisions counts the decisions of every Guard registered on one
@@ -27,16 +27,9 @@ func newGuardMetrics(reg prometheus.Registerer, family string) (*guardMetrics, e
 		Name: metricDecisions,
 		Help: "Decisions of Guard.Hit, by the client's family, what decided (server, cache: a denial the server gave earlier; fail-closed, fail-open, degraded: the fail mode while the server was unavailable) and the result (allowed, denied).",
 	}, []string{"family", "origin", "result"})
-	if err := reg.Register(vec); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, fmt.Errorf("%w: guard metrics: %w", engine.ErrInvalid, err)
-		}
-		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return nil, fmt.Errorf("%w: guard metrics: %w", engine.ErrInvalid, err)
-		}
-		vec = existing
+	vec, err := promreg.Join(reg, vec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: guard metrics: %w", engine.ErrInvalid, err)
 	}
 	m := &guardMetrics{}
 	for o, origin := range originNames {

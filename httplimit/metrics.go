@@ -1,10 +1,11 @@
 package httplimit
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // metricRequests counts the requests every stage registered on one
@@ -24,16 +25,9 @@ func newStageMetrics(reg prometheus.Registerer, prefix string) (*stageMetrics, e
 		Name: metricRequests,
 		Help: "Requests on the routes of a route quota stage (prefix), by outcome: allowed (passed to the handler), limited (answered 429) or error (the quota could not be checked; answered by OnError).",
 	}, []string{"prefix", "outcome"})
-	if err := reg.Register(vec); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return nil, fmt.Errorf("%w: Registerer: %w", ErrInvalidConfig, err)
-		}
-		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
-		if !ok {
-			return nil, fmt.Errorf("%w: Registerer: %w", ErrInvalidConfig, err)
-		}
-		vec = existing
+	vec, err := promreg.Join(reg, vec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Registerer: %w", ErrInvalidConfig, err)
 	}
 	return &stageMetrics{
 		allowed: vec.WithLabelValues(prefix, "allowed"),

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/promreg"
 )
 
 // The metrics of a Registry given WithRegisterer. Their one label beyond
@@ -60,54 +62,39 @@ func newPaceMetrics(reg prometheus.Registerer) (*paceMetrics, error) {
 			Buckets: waitBuckets,
 		}, []string{"limiter"}),
 	}
-	var (
-		mine []prometheus.Collector // registered here, undone on a failure
-		err  error
-	)
-	join := func(c prometheus.Collector) prometheus.Collector {
-		if err != nil {
-			return c
-		}
-		if err = reg.Register(c); err == nil {
-			mine = append(mine, c)
-			return c
-		}
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			// Another Registry's: the same metric, if of the same kind.
-			existing := are.ExistingCollector
-			if sameKind(existing, c) {
-				err = nil
-				return existing
-			}
-		}
-		return c
-	}
-	m.calls = join(m.calls).(*prometheus.CounterVec)
-	m.attempts = join(m.attempts).(*prometheus.CounterVec)
-	m.limited = join(m.limited).(*prometheus.CounterVec)
-	m.wait = join(m.wait).(*prometheus.HistogramVec)
-	if err != nil {
+	// Each metric is registered, or joined if another Registry holds it;
+	// on a refusal, those this Registry registered are taken back.
+	var mine []prometheus.Collector
+	undo := func(err error) (*paceMetrics, error) {
 		for _, c := range mine {
 			reg.Unregister(c)
 		}
 		return nil, err
 	}
+	var err error
+	if m.calls, mine, err = join(reg, m.calls, mine); err != nil {
+		return undo(err)
+	}
+	if m.attempts, mine, err = join(reg, m.attempts, mine); err != nil {
+		return undo(err)
+	}
+	if m.limited, mine, err = join(reg, m.limited, mine); err != nil {
+		return undo(err)
+	}
+	if m.wait, mine, err = join(reg, m.wait, mine); err != nil {
+		return undo(err)
+	}
 	return m, nil
 }
 
-// sameKind reports whether a collector registered before is of c's type,
-// so that it can stand for c.
-func sameKind(existing, c prometheus.Collector) bool {
-	switch c.(type) {
-	case *prometheus.CounterVec:
-		_, ok := existing.(*prometheus.CounterVec)
-		return ok
-	case *prometheus.HistogramVec:
-		_, ok := existing.(*prometheus.HistogramVec)
-		return ok
+// join is promreg.Join, adding c to mine when it registered c itself
+// rather than joining another Registry's collector.
+func join[C prometheus.Collector](reg prometheus.Registerer, c C, mine []prometheus.Collector) (C, []prometheus.Collector, error) {
+	got, err := promreg.Join(reg, c)
+	if err == nil && any(got) == any(c) {
+		mine = append(mine, c)
 	}
-	return false
+	return got, mine, err
 }
 
 // started counts an attempt of limiter about to run fn after waiting
